@@ -1,0 +1,38 @@
+# Set-up and entry points. Needs only python3 (3.11+) and make.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.installed
+
+.PHONY: install reproduce test lint format bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet -c constraints.txt torch==2.13.0
+	$(PIP) install --quiet -c constraints.txt -e ".[dev]"
+	touch $(STAMP)
+
+reproduce: $(STAMP)
+	$(PY) -m sde_sim simulate-all --out out/sde_sim --force
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+test: lint
+	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -m "not gpu and not slow" -q
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+bench: $(STAMP)
+	$(PIP) install --quiet -c constraints.txt -e ".[dev,bench]"
+	$(PY) benchmarks/bench_sde.py
+
+clean:
+	rm -rf $(VENV) out .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,125 @@
+"""Argument validation for the simulator: every error names the argument and what was wrong."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+# Relative tolerance below which a negative eigenvalue of a covariance counts as round-off.
+PSD_RTOL = 1e-10
+
+
+def real_array(name: str, value: Any, *, ndim: int | None = None) -> np.ndarray:
+    """Return `value` as a finite float64 array, or raise naming `name`."""
+    try:
+        arr = np.asarray(value)
+    except Exception as exc:  # numpy raises many types for ragged input
+        raise TypeError(f"{name} must be array-like, got {type(value).__name__}") from exc
+    if arr.dtype == object or not (
+        np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.bool_)
+    ):
+        raise TypeError(f"{name} must be numeric, got dtype {arr.dtype}")
+    if np.iscomplexobj(arr):
+        if np.any(arr.imag != 0):
+            raise TypeError(f"{name} must be real, got complex entries")
+        arr = arr.real
+    arr = arr.astype(np.float64)
+    if ndim is not None and arr.ndim != ndim:
+        raise ValueError(f"{name} must have {ndim} dimension(s), got shape {arr.shape}")
+    bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
+    if bad:
+        raise ValueError(f"{name} has {bad} NaN or infinite entr{'y' if bad == 1 else 'ies'}")
+    return arr
+
+
+def square_matrix(name: str, value: Any, dim: int | None = None) -> np.ndarray:
+    """A finite real (d, d) matrix; `dim` fixes d."""
+    arr = real_array(name, value, ndim=2)
+    if arr.shape[0] != arr.shape[1]:
+        raise ValueError(f"{name} must be square, got shape {arr.shape}")
+    if dim is not None and arr.shape[0] != dim:
+        raise ValueError(f"{name} must have shape ({dim}, {dim}), got {arr.shape}")
+    return arr
+
+
+def vector(name: str, value: Any, dim: int | None = None) -> np.ndarray:
+    """A finite real (d,) vector; `dim` fixes d."""
+    arr = real_array(name, value, ndim=1)
+    if dim is not None and arr.shape[0] != dim:
+        raise ValueError(f"{name} must have shape ({dim},), got {arr.shape}")
+    return arr
+
+
+def covariance(name: str, value: Any, dim: int | None = None) -> np.ndarray:
+    """A symmetric positive semidefinite (d, d) matrix, returned exactly symmetric.
+
+    Raises
+    ------
+    ValueError
+        If the matrix is not symmetric, or its smallest eigenvalue is below
+        ``-PSD_RTOL * max(1, largest |eigenvalue|)``; the message names the matrix and the
+        smallest eigenvalue.
+    """
+    arr = square_matrix(name, value, dim)
+    scale = max(1.0, float(np.max(np.abs(arr), initial=0.0)))
+    if not np.allclose(arr, arr.T, rtol=0.0, atol=1e-12 * scale):
+        raise ValueError(
+            f"{name} must be symmetric; max |{name} - {name}^T| = {np.max(np.abs(arr - arr.T)):.3g}"
+        )
+    sym = 0.5 * (arr + arr.T)
+    eigs = np.linalg.eigvalsh(sym) if sym.size else np.zeros(0)
+    if eigs.size and eigs[0] < -PSD_RTOL * max(1.0, float(np.max(np.abs(eigs)))):
+        raise ValueError(
+            f"{name} must be positive semidefinite; its smallest eigenvalue is {eigs[0]:.6g}"
+        )
+    return sym
+
+
+def scalar(name: str, value: Any, *, minimum: float | None = None, strict: bool = False) -> float:
+    """A finite real number, optionally bounded below (`strict` makes the bound exclusive)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    val = float(value)
+    if not math.isfinite(val):
+        raise ValueError(f"{name} must be finite, got {val}")
+    if minimum is not None:
+        if strict and val <= minimum:
+            raise ValueError(f"{name} must be > {minimum:g}, got {val:g}")
+        if not strict and val < minimum:
+            raise ValueError(f"{name} must be >= {minimum:g}, got {val:g}")
+    return val
+
+
+def count(name: str, value: Any, *, minimum: int = 1) -> int:
+    """An integer >= `minimum`."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+def choice(name: str, value: Any, options: tuple[str, ...]) -> str:
+    """One of a fixed set of strings."""
+    if value not in options:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, options))}; got {value!r}")
+    return value
+
+
+def psd_factor(matrix: np.ndarray) -> np.ndarray:
+    """A factor ``L`` with ``L @ L.T == matrix`` for a PSD matrix (singular allowed).
+
+    Cholesky fails on singular covariances (zero process noise, noise on a subset of states),
+    so the symmetric eigendecomposition is used; eigenvalues below zero are round-off of a PSD
+    matrix that `covariance` has already accepted, and are set to zero.
+    """
+    eigs, vecs = np.linalg.eigh(0.5 * (matrix + np.swapaxes(matrix, -1, -2)))
+    return vecs * np.sqrt(np.clip(eigs, 0.0, None))[..., None, :]
+
+
+def readonly(arr: np.ndarray) -> np.ndarray:
+    """Mark an array owned by a frozen dataclass as read-only and return it."""
+    arr.setflags(write=False)
+    return arr

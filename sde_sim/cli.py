@@ -1,0 +1,265 @@
+"""``python -m sde_sim``: list the presets, simulate one, or simulate them all.
+
+Errors in the arguments or the system print one line on stderr and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from sde_sim import io, presets
+from sde_sim.models import RT_MODES, LinearSDE, RadialTangentialSDE
+from sde_sim.observe import Contamination, EveryKSteps, PoissonTimes
+from sde_sim.scenario import DTYPES, METHODS, Scenario, Simulation, simulate
+
+PROG = "python -m sde_sim"
+# Show a progress bar once a run integrates at least this many path-steps (about a second).
+PROGRESS_THRESHOLD = 20_000_000
+
+
+class UsageError(Exception):
+    """Bad command-line input; reported in one line with exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line instead of usage + message
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROG,
+        description="Simulate the linear and radial-tangential SDEs of "
+        "the filtering-attention papers.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub.add_parser("list", help="list the preset systems and their variants")
+
+    sim = sub.add_parser(
+        "simulate",
+        help="simulate one preset system",
+        description="Simulate paths of a preset system and measure them.",
+    )
+    sim.add_argument("--system", required=True, help="preset name (see `list`)")
+    sim.add_argument("--variant", help="preset variant (default: the first listed)")
+    sim.add_argument(
+        "--mode",
+        choices=RT_MODES,
+        help="radial-tangential presets: 'literal' or 'frozen-frame' reading",
+    )
+    sim.add_argument("--paths", type=int, default=4, help="number of paths (default 4)")
+    sim.add_argument("--steps", type=int, help="number of integration steps (default: preset's)")
+    sim.add_argument("--dt", type=float, help="step size (default: preset's)")
+    obs = sim.add_mutually_exclusive_group()
+    obs.add_argument("--obs-every", type=int, metavar="K", help="a measurement every K steps")
+    obs.add_argument(
+        "--obs-rate", type=float, metavar="R", help="measurements at Poisson times, R per unit time"
+    )
+    sim.add_argument(
+        "--outliers",
+        type=float,
+        default=0.0,
+        metavar="F",
+        help="fraction of measurements with heavy-tailed (Cauchy, 10x) noise",
+    )
+    sim.add_argument(
+        "--missing",
+        type=float,
+        default=0.0,
+        metavar="F",
+        help="fraction of measurements missing (NaN)",
+    )
+    sim.add_argument(
+        "--method",
+        choices=METHODS,
+        default="euler",
+        help="euler (Euler-Maruyama, default) or exact (exact discretisation)",
+    )
+    sim.add_argument("--dtype", choices=DTYPES, default="float64")
+    sim.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    sim.add_argument("--out", type=Path, help="write the simulation to this .npz file")
+    sim.add_argument("--plot", type=Path, help="write a plot of the paths to this .png file")
+    sim.add_argument("--force", action="store_true", help="overwrite existing output files")
+
+    gallery = sub.add_parser(
+        "simulate-all",
+        help="simulate every preset variant into a folder",
+        description="Simulate every variant of every preset with its "
+        "defaults; write NAME-VARIANT.npz and .png into --out.",
+    )
+    gallery.add_argument("--out", type=Path, required=True, help="output folder")
+    gallery.add_argument("--paths", type=int, default=16, help="paths per variant (default 16)")
+    gallery.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    gallery.add_argument("--force", action="store_true", help="overwrite existing files")
+    return parser
+
+
+def _list() -> None:
+    for preset in presets.PRESETS.values():
+        print(f"{preset.name:<16} {preset.summary}")
+        print(f"{'':<16}   source: {preset.source}")
+        for variant in preset.variants:
+            print(f"{'':<16}   --variant {variant.name:<9} {variant.summary}")
+
+
+def _scenario_from_args(args) -> Scenario:
+    preset = presets.get(args.system)
+    scenario = preset.scenario(args.variant)
+    changes = {}
+    if args.steps is not None:
+        changes["n_steps"] = args.steps
+    if args.dt is not None:
+        changes["dt"] = args.dt
+    if args.obs_every is not None:
+        changes["observations"] = EveryKSteps(args.obs_every)
+    if args.obs_rate is not None:
+        changes["observations"] = PoissonTimes(args.obs_rate)
+    if args.outliers or args.missing:
+        changes["contamination"] = Contamination(
+            outlier_fraction=args.outliers, missing_fraction=args.missing
+        )
+    if args.mode is not None:
+        if not isinstance(scenario.system, RadialTangentialSDE):
+            raise UsageError(
+                f"--mode applies to radial-tangential presets; {args.system} is linear"
+            )
+        changes["system"] = scenario.system.with_mode(args.mode)
+    return scenario.replace(**changes) if changes else scenario
+
+
+def _progress_bar(total_work: int):
+    if total_work < PROGRESS_THRESHOLD:
+        return None, None
+    from tqdm import tqdm
+
+    bar = tqdm(total=1, unit="step", file=sys.stderr, leave=False, disable=None)
+
+    def update(done: int, total: int) -> None:
+        bar.total = total
+        bar.n = done
+        bar.refresh()
+
+    return update, bar
+
+
+def _summary(name: str, sim: Simulation) -> str:
+    P, T, d = sim.x.shape
+    meta, M = sim.meta, sim.t_obs.size
+    return "\n".join(
+        [
+            f"{name}: {P} path{'s' if P != 1 else ''} x {T} points in {d}-D, t in "
+            f"[{sim.t[0]:g}, {sim.t[-1]:g}] ({meta['method']}, {meta['dtype']}, seed "
+            f"{meta['seed']})",
+            f"  x: shape {sim.x.shape}, values in [{sim.x.min():.3g}, {sim.x.max():.3g}]",
+            f"  z: shape {sim.z.shape}, {M} measurement times, {int(sim.missing.sum())} missing, "
+            f"{int(sim.outlier.sum())} outliers",
+        ]
+    )
+
+
+def _simulate_and_write(
+    scenario: Scenario,
+    name: str,
+    variant: str,
+    args,
+    *,
+    out,
+    plot,
+    method="euler",
+    dtype="float64",
+    report=False,
+) -> Simulation:
+    for path, suffix in ((out, ".npz"), (plot, ".png")):
+        if path is not None:
+            if path.suffix != suffix:
+                raise UsageError(
+                    f"{'--out' if suffix == '.npz' else '--plot'} must end in "
+                    f"{suffix}, got {str(path)!r}"
+                )
+            if path.exists() and not args.force:
+                raise UsageError(f"{path} exists; pass --force to overwrite it")
+    update, bar = _progress_bar(args.paths * scenario.n_steps)
+    try:
+        sim = simulate(
+            scenario,
+            args.paths,
+            seed=args.seed,
+            method=method,
+            dtype=dtype,
+            progress=update,
+            meta={"preset": name, "variant": variant},
+        )
+    finally:
+        if bar is not None:
+            bar.close()
+    if report:
+        print(_summary(f"{name} ({variant})", sim))
+    if out is not None:
+        written = io.save(sim, out, overwrite=args.force)
+        print(f"  wrote {written} ({written.stat().st_size / 1e3:.1f} kB)")
+    if plot is not None:
+        from sde_sim.plotting import plot_simulation
+
+        fig = plot_simulation(sim, title=f"{name} ({variant})")
+        io.atomic_write(
+            plot, lambda fh: fig.savefig(fh, format="png", dpi=110), overwrite=args.force
+        )
+        print(f"  wrote {plot}")
+    return sim
+
+
+def _simulate(args) -> None:
+    scenario = _scenario_from_args(args)
+    preset = presets.get(args.system)
+    variant = preset.variant(args.variant).name
+    if args.method == "exact" and not (
+        isinstance(scenario.system, LinearSDE) or scenario.system.mode == "frozen-frame"
+    ):
+        raise UsageError("--method exact needs a linear system or --mode frozen-frame")
+    _simulate_and_write(
+        scenario,
+        args.system,
+        variant,
+        args,
+        out=args.out,
+        plot=args.plot,
+        method=args.method,
+        dtype=args.dtype,
+        report=True,
+    )
+    if args.out is None and args.plot is None:
+        print("  (nothing written: pass --out FILE.npz and/or --plot FILE.png)")
+
+
+def _simulate_all(args) -> None:
+    for preset in presets.PRESETS.values():
+        for variant in preset.variants:
+            stem = args.out / f"{preset.name}-{variant.name}"
+            print(f"{preset.name} ({variant.name}): {variant.summary}")
+            _simulate_and_write(
+                variant.build(),
+                preset.name,
+                variant.name,
+                args,
+                out=stem.with_suffix(".npz"),
+                plot=stem.with_suffix(".png"),
+            )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the exit status."""
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command == "list":
+            _list()
+        elif args.command == "simulate":
+            _simulate(args)
+        else:
+            _simulate_all(args)
+    except (UsageError, ValueError, TypeError, OSError) as exc:
+        message = " ".join(str(exc).split())
+        print(f"{PROG}: error: {message}", file=sys.stderr)
+        return 2
+    return 0

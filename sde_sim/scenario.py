@@ -1,0 +1,265 @@
+"""A scenario (system, measurement, initial state, grid, schedule) and the one call that runs it.
+
+`simulate` turns one integer seed into every random draw through independent SeedSequence
+children (initial states, Brownian path, measurement times, measurement noise, contamination),
+so the same seed gives the same arrays, and changing one part of a scenario does not reshuffle
+the randomness of the others.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any
+
+import numpy as np
+from scipy.linalg import expm
+
+from sde_sim import _checks
+from sde_sim._record import Record, register
+from sde_sim.brownian import BrownianPath
+from sde_sim.euler_maruyama import simulate_euler
+from sde_sim.exact import simulate_exact
+from sde_sim.grids import TimeGrid
+from sde_sim.models import (
+    GaussianInitial,
+    LinearMeasurement,
+    LinearSDE,
+    RadialTangentialMeasurement,
+    RadialTangentialSDE,
+    SphericalShellInitial,
+    unit_rows,
+)
+from sde_sim.observe import Contamination, EveryKSteps, FixedTimes, PoissonTimes
+
+METHODS = ("euler", "exact")
+DTYPES = ("float64", "float32")
+
+
+def package_version() -> str:
+    try:
+        return metadata.version("filtersuite")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+@register
+@dataclass(frozen=True, eq=False)
+class Scenario(Record):
+    """Everything needed to simulate one system and measure it.
+
+    Parameters
+    ----------
+    system : `LinearSDE` or `RadialTangentialSDE`.
+    measurement : `LinearMeasurement` (linear systems) or `RadialTangentialMeasurement` (RT).
+    initial : `GaussianInitial` or `SphericalShellInitial`; for an RT system it gives the
+        eigen-coordinates ``x_s(t0)``.
+    dt, n_steps, t0 : the uniform grid ``t_k = t0 + k dt``, ``k = 0..n_steps``.
+    observations : `EveryKSteps`, `PoissonTimes` or `FixedTimes`.
+    contamination : outliers and missing values; default none.
+    """
+
+    system: LinearSDE | RadialTangentialSDE
+    measurement: LinearMeasurement | RadialTangentialMeasurement
+    initial: GaussianInitial | SphericalShellInitial
+    dt: float
+    n_steps: int
+    observations: EveryKSteps | PoissonTimes | FixedTimes
+    contamination: Contamination = field(default_factory=Contamination)
+    t0: float = 0.0
+
+    def __post_init__(self) -> None:
+        _expect("system", self.system, (LinearSDE, RadialTangentialSDE))
+        _expect("initial", self.initial, (GaussianInitial, SphericalShellInitial))
+        _expect("observations", self.observations, (EveryKSteps, PoissonTimes, FixedTimes))
+        _expect("contamination", self.contamination, (Contamination,))
+        d = self.system.dim
+        if isinstance(self.system, LinearSDE):
+            _expect("measurement", self.measurement, (LinearMeasurement,))
+            if self.measurement.dim != d:
+                raise ValueError(
+                    f"measurement.C must have {d} columns (the state dimension), "
+                    f"got shape {self.measurement.C.shape}"
+                )
+        else:
+            _expect("measurement", self.measurement, (RadialTangentialMeasurement,))
+        if self.initial.dim != d:
+            raise ValueError(f"initial state has dimension {self.initial.dim}; the system has {d}")
+        object.__setattr__(self, "dt", _checks.scalar("dt", self.dt, minimum=0.0, strict=True))
+        object.__setattr__(self, "n_steps", _checks.count("n_steps", self.n_steps))
+        object.__setattr__(self, "t0", _checks.scalar("t0", self.t0))
+        if self.contamination.outlier_fraction > 0 and _noise_free(self.measurement):
+            raise ValueError(
+                "outlier contamination scales the measurement noise, which is zero "
+                "here: give the measurement a nonzero noise"
+            )
+
+    def grid(self) -> TimeGrid:
+        return TimeGrid.uniform(self.dt, self.n_steps, self.t0)
+
+    def replace(self, **changes: Any) -> Scenario:
+        return dataclasses.replace(self, **changes)
+
+
+def _expect(name: str, value: object, types: tuple[type, ...]) -> None:
+    if not isinstance(value, types):
+        names = " or ".join(t.__name__ for t in types)
+        raise TypeError(f"{name} must be a {names}, got {type(value).__name__}")
+
+
+def _noise_free(measurement) -> bool:
+    if isinstance(measurement, LinearMeasurement):
+        return not np.any(measurement.R)
+    return measurement.eta_r == 0 and measurement.eta_t == 0
+
+
+@dataclass(frozen=True, eq=False)
+class Simulation:
+    """Simulated paths and measurements (time on rows, paths first).
+
+    Attributes
+    ----------
+    t : (T,) regular grid times.           x : (P, T, d) latent states on it.
+    t_obs : (M,) measurement times.        z : (P, M, k) measurements (NaN where missing).
+    x_obs : (P, M, d) latent state at each measurement time (before any delay).
+    outlier, missing : (P, M) bool masks.  meta : JSON-compatible record of how it was made.
+    """
+
+    t: np.ndarray
+    x: np.ndarray
+    t_obs: np.ndarray
+    z: np.ndarray
+    x_obs: np.ndarray
+    outlier: np.ndarray
+    missing: np.ndarray
+    meta: dict
+
+    ARRAYS = ("t", "x", "t_obs", "z", "x_obs", "outlier", "missing")
+
+    @property
+    def scenario(self) -> Scenario:
+        """The scenario recorded in `meta`, rebuilt (and re-validated)."""
+        from sde_sim._record import record_from_dict
+
+        return record_from_dict(self.meta["scenario"])
+
+
+def simulate(
+    scenario: Scenario,
+    n_paths: int,
+    *,
+    seed: int = 0,
+    method: str = "euler",
+    dtype: str = "float64",
+    progress: Callable[[int, int], None] | None = None,
+    meta: dict | None = None,
+) -> Simulation:
+    """Simulate `n_paths` paths of `scenario` and measure them.
+
+    Parameters
+    ----------
+    scenario : what to simulate.
+    n_paths : number of independent paths P.
+    seed : non-negative int; every random draw derives from it.
+    method : ``"euler"`` (Euler-Maruyama) or ``"exact"`` (exact discretisation).
+    dtype : ``"float64"`` or ``"float32"`` for the paths and measurements.
+    progress : called with (steps done, total steps) while integrating.
+    meta : extra JSON-compatible entries for the record (e.g. the preset name).
+
+    Returns
+    -------
+    Simulation with ``x`` (P, n_steps+1, d) and ``z`` (P, M, k).
+    """
+    if not isinstance(scenario, Scenario):
+        raise TypeError(f"scenario must be a Scenario, got {type(scenario).__name__}")
+    n_paths = _checks.count("n_paths", n_paths)
+    seed = _checks.count("seed", seed, minimum=0)
+    _checks.choice("method", method, METHODS)
+    _checks.choice("dtype", dtype, DTYPES)
+    s_init, s_noise, s_times, s_meas, s_cont = np.random.SeedSequence(seed).spawn(5)
+    system, measurement = scenario.system, scenario.measurement
+    grid = scenario.grid()
+
+    t_obs = scenario.observations.draw(grid, np.random.default_rng(s_times))
+    delay = measurement.delay if isinstance(measurement, LinearMeasurement) else 0.0
+    t_obs = _measurable_times(t_obs, delay, grid, scenario.observations)
+
+    # Off-grid measurement (and delayed sampling) times become grid points of the integration.
+    merged = grid.insert(t_obs)[0].insert(t_obs + delay)[0]
+    regular_index = merged.insert(grid.t)[1]
+    obs_index = merged.insert(t_obs)[1]
+    sample_index = merged.insert(t_obs + delay)[1]
+
+    x0 = scenario.initial.sample(np.random.default_rng(s_init), n_paths)
+    # The exact transition's noise N(0, Q_d) spans the whole state even when G has fewer columns.
+    noise_dim = system.noise_dim if method == "euler" else system.dim
+    noise = BrownianPath(s_noise, merged, n_paths, noise_dim, dtype=dtype)
+    sampler = simulate_euler if method == "euler" else simulate_exact
+    path = sampler(system, x0, noise, progress=progress)
+
+    x_sample = path[:, sample_index].astype(float)
+    xi = np.random.default_rng(s_meas).standard_normal(
+        (n_paths, t_obs.size, _measurement_dim(measurement, system))
+    )
+    outlier, missing = scenario.contamination.corrupt_draws(xi, np.random.default_rng(s_cont))
+    if isinstance(system, RadialTangentialSDE):
+        frame = _rt_frame(system, x0, x_sample, t_obs + delay, grid.start)
+        z = measurement.observe(x_sample, frame, xi) @ system.basis.T
+        path = path @ system.basis.T.astype(path.dtype)
+    else:
+        z = measurement.observe(x_sample, xi)
+    z[missing] = np.nan
+
+    x = path if merged.t.size == grid.t.size else path[:, regular_index]
+    record = {
+        "filtersuite_version": package_version(),
+        "seed": seed,
+        "method": method,
+        "dtype": dtype,
+        "n_paths": n_paths,
+        **(meta or {}),
+        "scenario": scenario.to_dict(),
+    }
+    return Simulation(
+        t=grid.t.copy(),
+        x=x,
+        t_obs=t_obs,
+        z=z.astype(dtype),
+        x_obs=path[:, obs_index],
+        outlier=outlier,
+        missing=missing,
+        meta=record,
+    )
+
+
+def _measurable_times(t_obs, delay, grid: TimeGrid, schedule) -> np.ndarray:
+    """Keep the times whose sampled state ``t + delay`` lies in the simulated span."""
+    t_obs = np.asarray(t_obs, dtype=float)
+    if isinstance(schedule, FixedTimes):
+        bad = (t_obs + delay < grid.start) | (t_obs + delay > grid.end)
+        if np.any(bad):
+            raise ValueError(
+                f"observation times plus delay must lie in the simulated span [{grid.start:g}, "
+                f"{grid.end:g}]; {int(bad.sum())} of {t_obs.size} do not (first: "
+                f"{t_obs[bad][0]:g})"
+            )
+        return t_obs
+    span = grid.steps[0] * 1e-9
+    keep = (t_obs + delay >= grid.start - span) & (t_obs + delay <= grid.end + span)
+    return np.clip(t_obs[keep] + delay, grid.start, grid.end) - delay
+
+
+def _measurement_dim(measurement, system) -> int:
+    if isinstance(measurement, LinearMeasurement):
+        return measurement.out_dim
+    return system.dim
+
+
+def _rt_frame(system: RadialTangentialSDE, x0, x_sample, times, t0) -> np.ndarray:
+    """Radial axis of the measurement noise: the state's direction (literal) or nominal frame."""
+    if system.mode == "literal":
+        return unit_rows(x_sample)
+    rotations = expm(system.Omega * (np.asarray(times) - t0)[:, None, None])
+    return np.einsum("mde,pe->pmd", rotations, unit_rows(np.asarray(x0, dtype=float)))
