@@ -152,10 +152,6 @@ class LinearMeasurement(Record):
         """Measurements of states ``x`` (..., d) given standard normal draws ``xi`` (..., k)."""
         return x @ self.C.T + self.b + xi @ self._noise_factor.T
 
-    def noise(self, xi: np.ndarray) -> np.ndarray:
-        """Map standard normal draws (..., k) to N(0, R) draws."""
-        return xi @ self._noise_factor.T
-
 
 # --------------------------------------------------------------------------------------------
 # Constructors from eigen-data (seed 000 sections 2.2, 3.6, A.3; seed 004 A.1)

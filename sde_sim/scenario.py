@@ -18,7 +18,7 @@ import numpy as np
 from scipy.linalg import expm
 
 from sde_sim import _checks
-from sde_sim._record import Record, register
+from sde_sim._record import Record, record_from_dict, register
 from sde_sim.brownian import BrownianPath
 from sde_sim.euler_maruyama import simulate_euler
 from sde_sim.exact import simulate_exact
@@ -141,8 +141,6 @@ class Simulation:
     @property
     def scenario(self) -> Scenario:
         """The scenario recorded in `meta`, rebuilt (and re-validated)."""
-        from sde_sim._record import record_from_dict
-
         return record_from_dict(self.meta["scenario"])
 
 
