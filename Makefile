@@ -18,6 +18,7 @@ $(STAMP): pyproject.toml constraints.txt
 
 reproduce: $(STAMP)
 	$(PY) -m sde_sim simulate-all --out out/sde_sim --force
+	$(PY) -m verify --json out/verify.json --table out/verify.txt --force
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -15,7 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
-from sde_sim import _checks
+from sde_sim import validation
 from sde_sim.grids import TimeGrid
 
 # About this many float draws per block: large enough that a block costs far more than its
@@ -59,8 +59,8 @@ class BrownianPath:
 
     def __init__(self, seed, grid: TimeGrid, n_paths: int, dim: int, *, dtype=np.float64):
         self.grid = grid
-        self.n_paths = _checks.count("n_paths", n_paths)
-        self.dim = _checks.count("dim", dim, minimum=0)
+        self.n_paths = validation.count("n_paths", n_paths)
+        self.dim = validation.count("dim", dim, minimum=0)
         self.dtype = np.dtype(dtype)
         if self.dtype not in (np.float64, np.float32):
             raise ValueError(f"dtype must be float64 or float32, got {self.dtype}")

@@ -7,7 +7,8 @@ For ``dx = (A x + u) dt + G dw`` the transition over a step ``h`` is Gaussian,
 
 (seed 000 sections 2.1 and 3.9). ``Gamma u`` is the last column of ``expm([[A, u], [0, 0]] h)``
 and ``Q_d`` comes from Van Loan's block exponential
-``expm([[-A, Q], [0, A^T]] h) = [[., F12], [0, F22]]``, ``Q_d = F22^T F12``.
+``expm([[-A, Q], [0, A^T]] h) = [[., F12], [0, F22]]``, ``Q_d = F22^T F12``, taken over a step
+short enough that the block stays well conditioned, then doubled (`van_loan`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy.linalg import expm
 
-from sde_sim import _checks
+from sde_sim import validation
 from sde_sim.euler_maruyama import _check_batch
 from sde_sim.models import LinearSDE, RadialTangentialSDE, radial_tangential_split, unit_rows
 from sde_sim.recursion import AffineSteps, run_affine_recursion
@@ -35,28 +36,54 @@ class LinearTransition(NamedTuple):
     Qd: np.ndarray
 
 
+# Van Loan's block holds e^{-Ah} and e^{A^T h} together, so its round-off grows like
+# u e^{2 |Re(lambda)| h}; on a step with ||A h||_1 <= 1/2 it is a few u.
+_VAN_LOAN_MAX_NORM = 0.5
+
+
+def van_loan(A: np.ndarray, Q: np.ndarray, h) -> tuple[np.ndarray, np.ndarray]:
+    """``(e^{Ah}, Q_d(h))`` for each step in `h` (n,), ``Q_d(h) = int_0^h e^{As} Q e^{A^T s} ds``.
+
+    Van Loan's block exponential on ``h / 2^k`` with ``||A h / 2^k||_1 <= 1/2``, then ``k``
+    doublings ``Q_d(2s) = Q_d(s) + e^{As} Q_d(s) e^{A^T s}``, ``e^{2As} = (e^{As})^2``: each
+    doubling adds terms of one sign for PSD ``Q``, so the relative error stays a small multiple
+    of ``k u`` where the plain block exponential over ``h`` loses ``e^{2 |Re(lambda)| h}``.
+
+    Shapes: A, Q (d, d); h (n,) >= 0 -> (n, d, d), (n, d, d).
+    """
+    h = np.atleast_1d(np.asarray(h, dtype=float))
+    d = A.shape[0]
+    reach = float(np.max(h, initial=0.0)) * float(np.linalg.norm(A, 1))
+    k = int(np.ceil(np.log2(reach / _VAN_LOAN_MAX_NORM))) if reach > _VAN_LOAN_MAX_NORM else 0
+    block = np.zeros((2 * d, 2 * d))
+    block[:d, :d], block[:d, d:], block[d:, d:] = -A, Q, A.T
+    F = expm(block * (h / 2.0**k)[:, None, None])
+    E = np.swapaxes(F[:, d:, d:], 1, 2)
+    V = E @ F[:, :d, d:]
+    for _ in range(k):
+        V = V + E @ V @ np.swapaxes(E, 1, 2)
+        E = E @ E
+    return E, 0.5 * (V + np.swapaxes(V, 1, 2))
+
+
 def linear_transition(sde: LinearSDE, h) -> LinearTransition:
-    """Exact mean map and covariance of `sde` over each step in `h` (scalar or (n,)), Van Loan."""
+    """Exact mean map and covariance of `sde` over each step in `h` (scalar or (n,))."""
     h = np.atleast_1d(np.asarray(h, dtype=float))
     if np.any(h < 0):
         raise ValueError(f"h must be >= 0, got min {h.min():g}")
     d = sde.dim
     drift = np.zeros((d + 1, d + 1))
     drift[:d, :d], drift[:d, d] = sde.A, sde.u
-    aug = expm(drift * h[:, None, None])
-    Phi, offset = aug[:, :d, :d], aug[:, :d, d]
-    van_loan = np.zeros((2 * d, 2 * d))
-    van_loan[:d, :d], van_loan[:d, d:], van_loan[d:, d:] = -sde.A, sde.Q, sde.A.T
-    F = expm(van_loan * h[:, None, None])
-    Qd = np.swapaxes(F[:, d:, d:], 1, 2) @ F[:, :d, d:]
-    return LinearTransition(Phi, offset, 0.5 * (Qd + np.swapaxes(Qd, 1, 2)))
+    offset = expm(drift * h[:, None, None])[:, :d, d]
+    Phi, Qd = van_loan(sde.A, sde.Q, h)
+    return LinearTransition(Phi, offset, Qd)
 
 
 def exact_affine_steps(sde: LinearSDE, step_sizes: np.ndarray, step_class: np.ndarray):
     """Per-class exact maps; the noise factor chol(Q_d)/sqrt(h) takes increments of variance h."""
     step_sizes = np.asarray(step_sizes, dtype=float)
     Phi, offset, Qd = linear_transition(sde, step_sizes)
-    B = _checks.psd_factor(Qd) / np.sqrt(step_sizes)[:, None, None]
+    B = validation.psd_factor(Qd) / np.sqrt(step_sizes)[:, None, None]
     return AffineSteps(Phi, offset, B, step_class)
 
 

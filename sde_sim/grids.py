@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sde_sim import _checks
+from sde_sim import validation
 
 
 @dataclass(frozen=True, eq=False)
@@ -22,8 +22,8 @@ class TimeGrid:
     steps: np.ndarray
 
     def __post_init__(self) -> None:
-        t = _checks.real_array("t", self.t, ndim=1)
-        steps = _checks.real_array("steps", self.steps, ndim=1)
+        t = validation.real_array("t", self.t, ndim=1)
+        steps = validation.real_array("steps", self.steps, ndim=1)
         if t.size < 1:
             raise ValueError("a time grid needs at least one point")
         if steps.shape != (t.size - 1,):
@@ -31,21 +31,21 @@ class TimeGrid:
         if np.any(steps <= 0):
             k = int(np.argmin(steps))
             raise ValueError(f"time points must be strictly increasing; step {k} is {steps[k]:g}")
-        object.__setattr__(self, "t", _checks.readonly(t))
-        object.__setattr__(self, "steps", _checks.readonly(steps))
+        object.__setattr__(self, "t", validation.readonly(t))
+        object.__setattr__(self, "steps", validation.readonly(steps))
 
     @classmethod
     def uniform(cls, dt: float, n_steps: int, t0: float = 0.0) -> TimeGrid:
         """``t_k = t0 + k dt`` for ``k = 0..n_steps``."""
-        dt = _checks.scalar("dt", dt, minimum=0.0, strict=True)
-        n_steps = _checks.count("n_steps", n_steps, minimum=1)
-        t0 = _checks.scalar("t0", t0)
+        dt = validation.scalar("dt", dt, minimum=0.0, strict=True)
+        n_steps = validation.count("n_steps", n_steps, minimum=1)
+        t0 = validation.scalar("t0", t0)
         return cls(t0 + dt * np.arange(n_steps + 1), np.full(n_steps, dt))
 
     @classmethod
     def from_times(cls, t) -> TimeGrid:
         """A grid through arbitrary increasing times (steps are their differences)."""
-        t = _checks.real_array("t", t, ndim=1)
+        t = validation.real_array("t", t, ndim=1)
         return cls(t, np.diff(t))
 
     @property
@@ -62,7 +62,7 @@ class TimeGrid:
 
     def coarsen(self, factor: int) -> TimeGrid:
         """Every `factor`-th point; the step sizes are sums of `factor` fine steps."""
-        factor = _checks.count("factor", factor)
+        factor = validation.count("factor", factor)
         if self.n_steps % factor:
             raise ValueError(
                 f"factor {factor} does not divide the {self.n_steps} steps of the grid"
@@ -79,7 +79,7 @@ class TimeGrid:
         ``1e-9`` of a step of an existing point is snapped onto that point, so no step becomes
         vanishingly small; every time must lie in ``[start, end]``.
         """
-        times = _checks.real_array("times", times, ndim=1)
+        times = validation.real_array("times", times, ndim=1)
         if times.size and (times.min() < self.start or times.max() > self.end):
             raise ValueError(
                 f"times must lie in the grid's span [{self.start:g}, {self.end:g}]; "

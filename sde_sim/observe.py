@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sde_sim import _checks
+from sde_sim import validation
 from sde_sim._record import Record, register
 from sde_sim.grids import TimeGrid
 
@@ -25,8 +25,8 @@ class EveryKSteps(Record):
     start: int = 0
 
     def __post_init__(self) -> None:
-        _checks.count("every", self.every)
-        _checks.count("start", self.start, minimum=0)
+        validation.count("every", self.every)
+        validation.count("start", self.start, minimum=0)
 
     def draw(self, grid: TimeGrid, rng: np.random.Generator) -> np.ndarray:
         if self.start > grid.n_steps:
@@ -46,7 +46,7 @@ class PoissonTimes(Record):
     rate: float
 
     def __post_init__(self) -> None:
-        _checks.scalar("rate", self.rate, minimum=0.0, strict=True)
+        validation.scalar("rate", self.rate, minimum=0.0, strict=True)
 
     def draw(self, grid: TimeGrid, rng: np.random.Generator) -> np.ndarray:
         span = grid.end - grid.start
@@ -62,10 +62,10 @@ class FixedTimes(Record):
     times: np.ndarray
 
     def __post_init__(self) -> None:
-        t = _checks.real_array("times", self.times, ndim=1)
+        t = validation.real_array("times", self.times, ndim=1)
         if np.any(np.diff(t) <= 0):
             raise ValueError("times must be strictly increasing")
-        object.__setattr__(self, "times", _checks.readonly(t))
+        object.__setattr__(self, "times", validation.readonly(t))
 
     def draw(self, grid: TimeGrid, rng: np.random.Generator) -> np.ndarray:
         return self.times.copy()
@@ -95,11 +95,11 @@ class Contamination(Record):
 
     def __post_init__(self) -> None:
         for name in ("outlier_fraction", "missing_fraction"):
-            value = _checks.scalar(name, getattr(self, name), minimum=0.0)
+            value = validation.scalar(name, getattr(self, name), minimum=0.0)
             if value > 1:
                 raise ValueError(f"{name} must be in [0, 1], got {value:g}")
-        _checks.scalar("outlier_df", self.outlier_df, minimum=0.0, strict=True)
-        _checks.scalar("outlier_scale", self.outlier_scale, minimum=0.0, strict=True)
+        validation.scalar("outlier_df", self.outlier_df, minimum=0.0, strict=True)
+        validation.scalar("outlier_scale", self.outlier_scale, minimum=0.0, strict=True)
 
     @property
     def active(self) -> bool:

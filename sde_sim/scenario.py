@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from scipy.linalg import expm
 
-from sde_sim import _checks
+from sde_sim import validation
 from sde_sim._record import Record, record_from_dict, register
 from sde_sim.brownian import BrownianPath
 from sde_sim.euler_maruyama import simulate_euler
@@ -87,9 +87,9 @@ class Scenario(Record):
             _expect("measurement", self.measurement, (RadialTangentialMeasurement,))
         if self.initial.dim != d:
             raise ValueError(f"initial state has dimension {self.initial.dim}; the system has {d}")
-        object.__setattr__(self, "dt", _checks.scalar("dt", self.dt, minimum=0.0, strict=True))
-        object.__setattr__(self, "n_steps", _checks.count("n_steps", self.n_steps))
-        object.__setattr__(self, "t0", _checks.scalar("t0", self.t0))
+        object.__setattr__(self, "dt", validation.scalar("dt", self.dt, minimum=0.0, strict=True))
+        object.__setattr__(self, "n_steps", validation.count("n_steps", self.n_steps))
+        object.__setattr__(self, "t0", validation.scalar("t0", self.t0))
         if self.contamination.outlier_fraction > 0 and _noise_free(self.measurement):
             raise ValueError(
                 "outlier contamination scales the measurement noise, which is zero "
@@ -172,10 +172,10 @@ def simulate(
     """
     if not isinstance(scenario, Scenario):
         raise TypeError(f"scenario must be a Scenario, got {type(scenario).__name__}")
-    n_paths = _checks.count("n_paths", n_paths)
-    seed = _checks.count("seed", seed, minimum=0)
-    _checks.choice("method", method, METHODS)
-    _checks.choice("dtype", dtype, DTYPES)
+    n_paths = validation.count("n_paths", n_paths)
+    seed = validation.count("seed", seed, minimum=0)
+    validation.choice("method", method, METHODS)
+    validation.choice("dtype", dtype, DTYPES)
     s_init, s_noise, s_times, s_meas, s_cont = np.random.SeedSequence(seed).spawn(5)
     system, measurement = scenario.system, scenario.measurement
     grid = scenario.grid()

@@ -1,12 +1,15 @@
-"""Test-side references: exact moments of the Euler recursion and a whitened moment statistic.
+"""Test-side references: exact moments of the Euler recursion, and the whitened moment statistic.
 
 Written independently of the simulator (plain loops), so the samplers are checked against
-something they do not share code with.
+something they do not share code with. The statistic lives in `verify.tools`, which the
+verification registry uses too.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from verify.tools import whitened_scores  # noqa: F401  (re-exported for the tests)
 
 # Statistical assertions use this many standard deviations: ~6e-7 false-alarm rate per score.
 SIGMA = 5.0
@@ -26,25 +29,6 @@ def euler_moments(A, G, u, h: float, n: int):
         c = step @ c + u * h
         S = step @ S @ step.T + G @ G.T * h
     return M, c, S
-
-
-def whitened_scores(residuals: np.ndarray, cov: np.ndarray) -> np.ndarray:
-    """z-scores of the first two moments of `residuals` (N, d) against ``N(0, cov)``.
-
-    With ``w = L^-1 r`` (``L L^T = cov``), under the hypothesis ``w ~ N(0, I)`` exactly, so
-    ``sqrt(N) mean(w_i)`` is standard normal, ``(mean(w_i^2) - 1) / sqrt(2/N)`` and
-    ``mean(w_i w_j) / sqrt(1/N)`` (i != j) are asymptotically standard normal. Returns all
-    ``d + d(d+1)/2`` scores.
-    """
-    n, d = residuals.shape
-    w = np.linalg.solve(np.linalg.cholesky(cov), residuals.T).T
-    scores = [np.sqrt(n) * w.mean(axis=0)]
-    second = w.T @ w / n
-    iu = np.triu_indices(d)
-    diag = iu[0] == iu[1]
-    centred = second[iu] - diag
-    scores.append(centred / np.where(diag, np.sqrt(2.0 / n), np.sqrt(1.0 / n)))
-    return np.concatenate(scores)
 
 
 def slope_with_error(h: np.ndarray, errors: np.ndarray) -> tuple[float, float]:

@@ -1,4 +1,7 @@
-"""Argument validation for the simulator: every error names the argument and what was wrong."""
+"""Argument validation for the suite: every error names the argument and what was wrong.
+
+Used by `sde_sim` and `estimators` (which may import `sde_sim`); `kernels` has its own.
+"""
 
 from __future__ import annotations
 
@@ -122,4 +125,40 @@ def psd_factor(matrix: np.ndarray) -> np.ndarray:
 def readonly(arr: np.ndarray) -> np.ndarray:
     """Mark an array owned by a frozen dataclass as read-only and return it."""
     arr.setflags(write=False)
+    return arr
+
+
+def complex_array(name: str, value: Any, *, ndim: int | None = None) -> np.ndarray:
+    """A finite complex128 array, or raise naming `name`."""
+    try:
+        arr = np.asarray(value)
+    except Exception as exc:
+        raise TypeError(f"{name} must be array-like, got {type(value).__name__}") from exc
+    if arr.dtype == object or not np.issubdtype(arr.dtype, np.number):
+        raise TypeError(f"{name} must be numeric, got dtype {arr.dtype}")
+    arr = arr.astype(np.complex128)
+    if ndim is not None and arr.ndim != ndim:
+        raise ValueError(f"{name} must have {ndim} dimension(s), got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} has NaN or infinite entries")
+    return arr
+
+
+def invertible(name: str, value: Any, dim: int | None = None) -> np.ndarray:
+    """A complex invertible (d, d) matrix (condition number at most 1e12)."""
+    arr = complex_array(name, value, ndim=2)
+    if arr.shape[0] != arr.shape[1] or (dim is not None and arr.shape[0] != dim):
+        want = f"({dim}, {dim})" if dim is not None else "square"
+        raise ValueError(f"{name} must be {want}, got shape {arr.shape}")
+    cond = np.linalg.cond(arr)
+    if not np.isfinite(cond) or cond > 1e12:
+        raise ValueError(f"{name} must be invertible; its condition number is {cond:.3g}")
+    return arr
+
+
+def nonnegative(name: str, value: Any) -> np.ndarray:
+    """A finite real array with every entry >= 0."""
+    arr = real_array(name, value)
+    if np.any(arr < 0):
+        raise ValueError(f"{name} must be >= 0, got min {arr.min():.6g}")
     return arr

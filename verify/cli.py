@@ -1,0 +1,137 @@
+"""``python -m verify``: run the registered checks, print a table, optionally write JSON.
+
+Exit status: 0 when every selected check passes, 1 when any fails or errors, 2 for bad usage
+(including an ``--only`` pattern that matches nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from sde_sim.io import atomic_write
+from sde_sim.scenario import package_version
+from verify.registry import Result, run_all, select
+
+PROG = "python -m verify"
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROG,
+        description="Prove and check every closed form of the papers: "
+        "symbolically (SymPy), numerically and by Monte Carlo.",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="fewer random cases and paths (what CI runs)"
+    )
+    parser.add_argument(
+        "--only", metavar="PATTERN", help="checks whose id matches (glob with *?[ , else substring)"
+    )
+    parser.add_argument("--list", action="store_true", help="list the checks without running")
+    parser.add_argument("--json", type=Path, metavar="FILE", help="write the results as JSON")
+    parser.add_argument(
+        "--table", type=Path, metavar="FILE", help="also write the printed table to FILE"
+    )
+    parser.add_argument("--force", action="store_true", help="overwrite --json/--table files")
+    return parser
+
+
+def _format_residual(r: Result) -> str:
+    if r.error is not None or r.residual != r.residual:
+        return "-"
+    return "0 (proved)" if r.check.kind == "symbolic" and r.residual == 0 else f"{r.residual:.2e}"
+
+
+def _row(r: Result) -> str:
+    c = r.check
+    bound = (
+        f"{'>' if c.expect == 'fails' else '<='} {c.tolerance:.0e}"
+        if c.kind != "symbolic"
+        else ("> 0" if c.expect == "fails" else "= 0")
+    )
+    return (
+        f"{c.id:<44} {c.kind:<11} {_format_residual(r):>11}  {bound:<9} "
+        f"{r.seconds:>6.2f}s  {r.status}"
+    )
+
+
+HEADER = f"{'check':<44} {'kind':<11} {'residual':>11}  {'needs':<9} {'time':>7}  status"
+
+
+def _details(results: list[Result]) -> list[str]:
+    lines = []
+    for r in results:
+        c = r.check
+        lines.append(f"{c.id}: {c.title}")
+        lines.append(f"    source: {c.source}")
+        if r.detail:
+            lines.append(f"    {r.detail}")
+        if r.error:
+            lines.append(f"    error: {r.error}")
+    return lines
+
+
+def _check_output(path: Path | None, force: bool) -> None:
+    if path is not None and path.exists() and not force:
+        raise UsageError(f"{path} exists; pass --force to overwrite it")
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        checks = select(args.only)
+        if not checks:
+            raise UsageError(f"--only {args.only!r} matches no check (see --list)")
+        if args.list:
+            for c in checks:
+                print(f"{c.id:<44} {c.kind:<11} {c.source}")
+            return 0
+        _check_output(args.json, args.force)
+        _check_output(args.table, args.force)
+    except UsageError as exc:
+        print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+
+    mode = "quick" if args.quick else "full"
+    print(f"filtersuite {package_version()}: {len(checks)} checks ({mode})")
+    print(HEADER)
+    start = time.perf_counter()
+    results = run_all(checks, quick=args.quick, on_result=lambda r: print(_row(r), flush=True))
+    total = time.perf_counter() - start
+    failed = [r for r in results if not r.passed]
+    summary = (
+        f"{len(results) - len(failed)} of {len(results)} checks passed in {total:.1f} s "
+        f"({mode})" + (f"; FAILED: {', '.join(r.check.id for r in failed)}" if failed else "")
+    )
+    print(summary)
+    try:
+        if args.table is not None:
+            text = "\n".join([HEADER, *map(_row, results), summary, "", *_details(results), ""])
+            atomic_write(args.table, lambda fh: fh.write(text.encode()), overwrite=args.force)
+        if args.json is not None:
+            payload = {
+                "filtersuite_version": package_version(),
+                "mode": mode,
+                "seconds": round(total, 2),
+                "passed": not failed,
+                "checks": [r.to_dict() for r in results],
+            }
+            data = json.dumps(payload, indent=2).encode()
+            atomic_write(args.json, lambda fh: fh.write(data), overwrite=args.force)
+    except OSError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    return 1 if failed else 0

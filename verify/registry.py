@@ -1,0 +1,170 @@
+"""One registry of checks: symbolic (SymPy), numeric (float64 against integration) and statistical.
+
+A check is a function ``fn(quick: bool) -> float | Outcome`` returning its measured residual,
+registered with an id, the seed section it comes from, its kind and its tolerance:
+
+* ``symbolic``: the residual is 0 when SymPy reduces it to zero (a proof); otherwise the largest
+  absolute value of the unsimplified residual at sample points (`verify.tools.symbolic_residual`).
+  Tolerance 0.
+* ``numeric``: the largest relative (or stated absolute) error against an independent numerical
+  reference; the tolerance is stated with the check.
+* ``statistical``: the largest absolute z-score of a Monte Carlo estimate; the tolerance is the
+  sigma level.
+
+``expect="fails"`` registers a printed formula that a seed gets wrong: the check passes when
+the printed form's residual is *above* the tolerance, i.e. the error is demonstrated. Every such
+check is paired with one (``expect="holds"``) for the corrected form.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+KINDS = ("symbolic", "numeric", "statistical")
+EXPECTATIONS = ("holds", "fails")
+
+SEED_FILES = {
+    0: "000_164c25b5097fc296.txt",
+    1: "001_c787241617dd7cc3.txt",
+    2: "002_df0369e6e67cc3db.txt",
+    3: "003_e487b53dadaed6e2.txt",
+    4: "004_b7f16d14ebb18042.txt",
+}
+SEED_NAMES = {0: "AFA", 1: "KLA", 2: "OsciFormer", 3: "RT-Transformer", 4: "RFA"}
+
+
+def seed(number: int, where: str) -> str:
+    """Source string for a check: seed file and equation/section, e.g. ``seed(0, "A.3")``."""
+    if number not in SEED_FILES:
+        raise ValueError(f"seed must be one of {sorted(SEED_FILES)}, got {number}")
+    return f"{SEED_FILES[number]} ({SEED_NAMES[number]}) {where}"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A measured residual and an optional one-line detail (printed in the table)."""
+
+    residual: float
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Check:
+    id: str
+    title: str
+    source: str
+    kind: str
+    tolerance: float
+    fn: Callable[[bool], float | Outcome]
+    expect: str = "holds"
+
+    def run(self, quick: bool) -> Result:
+        start = time.perf_counter()
+        try:
+            outcome = self.fn(quick)
+        except Exception as exc:  # a check that crashes is reported, not fatal to the run
+            return Result(
+                self,
+                float("nan"),
+                False,
+                time.perf_counter() - start,
+                "",
+                f"{type(exc).__name__}: {exc}",
+            )
+        elapsed = time.perf_counter() - start
+        if not isinstance(outcome, Outcome):
+            outcome = Outcome(float(outcome))
+        residual = float(outcome.residual)
+        within = residual <= self.tolerance  # NaN compares False: never passes as "holds"
+        passed = within if self.expect == "holds" else residual > self.tolerance
+        return Result(self, residual, passed, elapsed, outcome.detail, None)
+
+
+@dataclass(frozen=True)
+class Result:
+    check: Check
+    residual: float
+    passed: bool
+    seconds: float
+    detail: str
+    error: str | None
+
+    @property
+    def status(self) -> str:
+        if self.error is not None:
+            return "ERROR"
+        if self.check.expect == "fails":
+            return "PASS (printed form fails)" if self.passed else "FAIL (printed form holds)"
+        return "PASS" if self.passed else "FAIL"
+
+    def to_dict(self) -> dict:
+        c = self.check
+        return {
+            "id": c.id,
+            "title": c.title,
+            "source": c.source,
+            "kind": c.kind,
+            "expect": c.expect,
+            "tolerance": c.tolerance,
+            "residual": None if self.residual != self.residual else self.residual,
+            "passed": self.passed,
+            "status": self.status,
+            "seconds": round(self.seconds, 4),
+            "detail": self.detail,
+            "error": self.error,
+        }
+
+
+REGISTRY: dict[str, Check] = {}
+
+
+def check(
+    id: str,
+    *,
+    title: str,
+    source: str,
+    kind: str,
+    tolerance: float,
+    expect: str = "holds",
+) -> Callable:
+    """Decorator registering ``fn(quick) -> residual`` as a check."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    if expect not in EXPECTATIONS:
+        raise ValueError(f"expect must be one of {EXPECTATIONS}, got {expect!r}")
+    if kind == "symbolic" and tolerance != 0:
+        raise ValueError(f"{id}: a symbolic check has tolerance 0 (a proof), got {tolerance}")
+
+    def register(fn: Callable[[bool], float | Outcome]) -> Callable:
+        if id in REGISTRY:
+            raise ValueError(f"check id {id!r} is registered twice")
+        REGISTRY[id] = Check(id, title, source, kind, tolerance, fn, expect)
+        return fn
+
+    return register
+
+
+def select(pattern: str | None = None) -> list[Check]:
+    """Checks whose id matches `pattern` (a glob if it has ``*?[``, else a substring)."""
+    from verify import checks  # noqa: F401  (importing registers every check)
+
+    if pattern is None:
+        return list(REGISTRY.values())
+    if any(ch in pattern for ch in "*?["):
+        return [c for c in REGISTRY.values() if fnmatch.fnmatchcase(c.id, pattern)]
+    return [c for c in REGISTRY.values() if pattern in c.id]
+
+
+def run_all(
+    checks: Iterable[Check], *, quick: bool, on_result: Callable[[Result], None] | None = None
+) -> list[Result]:
+    results = []
+    for c in checks:
+        result = c.run(quick)
+        results.append(result)
+        if on_result is not None:
+            on_result(result)
+    return results
