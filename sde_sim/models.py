@@ -161,15 +161,6 @@ class LinearMeasurement(Record):
 _REAL_RTOL = 1e-10
 
 
-def _complex_square(name: str, value) -> np.ndarray:
-    arr = np.asarray(value, dtype=np.complex128)
-    if arr.ndim != 2 or arr.shape[0] != arr.shape[1]:
-        raise ValueError(f"{name} must be a square matrix, got shape {arr.shape}")
-    if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{name} has NaN or infinite entries")
-    return arr
-
-
 def _real_part_checked(name: str, product: np.ndarray, hint: str) -> np.ndarray:
     scale = max(1.0, float(np.max(np.abs(product), initial=0.0)))
     imag = float(np.max(np.abs(product.imag), initial=0.0))
@@ -195,15 +186,10 @@ def real_from_eigen(eigenvalues, S, *, name: str = "A") -> np.ndarray:
         If `S` is singular or the product is not real (eigenvalues not closed under conjugation,
         or columns not paired with their conjugates).
     """
-    S = _complex_square("S", S)
-    lam = np.asarray(eigenvalues, dtype=np.complex128)
+    S = validation.invertible("S", S)
+    lam = validation.complex_array("eigenvalues", eigenvalues, ndim=1)
     if lam.shape != (S.shape[0],):
         raise ValueError(f"eigenvalues must have shape ({S.shape[0]},), got {lam.shape}")
-    if not np.all(np.isfinite(lam)):
-        raise ValueError("eigenvalues has NaN or infinite entries")
-    cond = np.linalg.cond(S)
-    if not np.isfinite(cond) or cond > 1e12:
-        raise ValueError(f"S must be invertible; its condition number is {cond:.3g}")
     product = (S * lam) @ np.linalg.inv(S)
     hint = (
         "complex eigenvalues must come in conjugate pairs whose columns of S are "
@@ -219,10 +205,10 @@ def covariance_from_eigen(S, variances, *, name: str = "Q") -> np.ndarray:
     is what the papers' closed forms assume. It is real only when conjugate columns of `S` carry
     equal variances.
     """
-    S = _complex_square("S", S)
-    lam = validation.vector(f"variances of {name}", variances, S.shape[0])
-    if np.any(lam < 0):
-        raise ValueError(f"variances of {name} must be >= 0, got min {lam.min():.6g}")
+    S = validation.complex_array("S", S, ndim=2)
+    lam = validation.nonnegative(f"variances of {name}", variances)
+    if lam.shape != (S.shape[0],):
+        raise ValueError(f"variances of {name} must have shape ({S.shape[0]},), got {lam.shape}")
     product = (S * lam) @ S.conj().T
     hint = "conjugate columns of S must carry equal variances"
     return validation.covariance(name, _real_part_checked(name, product, hint))

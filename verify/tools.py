@@ -83,12 +83,33 @@ def whitened_scores(residuals: np.ndarray, cov: np.ndarray) -> np.ndarray:
     )
 
 
-def random_eigensystem(rng: np.random.Generator, d: int, *, decay=(0.05, 1.0), freq=(0.2, 2.0)):
-    """Eigenvalues (d,) and a complex basis S (d, d) giving a real, stable ``A = S L S^-1``.
+# Random eigenbases are redrawn until cond(S) <= 30: numeric tolerances are derived with that
+# bound (without it, about one draw in five at d = 4..5 has cond(S) ~ 1e2..1e4, and the float64
+# references themselves lose up to 1e-8).
+MAX_BASIS_COND = 30.0
 
-    Complex eigenvalues ``-a +- i w`` come in conjugate pairs with conjugate columns of S; an
-    odd d adds one real eigenvalue with a real column. S is random and well conditioned.
+
+def random_eigensystem(
+    rng: np.random.Generator,
+    d: int,
+    *,
+    decay=(0.05, 1.0),
+    freq=(0.2, 2.0),
+    max_cond: float = MAX_BASIS_COND,
+):
+    """Eigenvalues (d,) and a complex basis S (d, d) giving a real ``A = S L S^-1``.
+
+    Complex eigenvalues ``-a +- i w`` (``a`` uniform in `decay`, ``w`` in `freq`) come in
+    conjugate pairs with conjugate columns of S; an odd d adds one real eigenvalue with a real
+    column. S has unit columns and is redrawn until ``cond(S) <= max_cond``.
     """
+    while True:
+        lam, S = _eigensystem_draw(rng, d, decay, freq)
+        if np.linalg.cond(S) <= max_cond:
+            return lam, S
+
+
+def _eigensystem_draw(rng, d, decay, freq):
     lam, cols = [], []
     for _ in range(d // 2):
         a, w = rng.uniform(*decay), rng.uniform(*freq)
@@ -107,3 +128,95 @@ def random_spd(rng: np.random.Generator, d: int, *, floor: float = 0.05) -> np.n
     """A random symmetric positive definite (d, d) matrix with eigenvalues >= `floor`."""
     L = rng.normal(size=(d, d))
     return L @ L.T / d + floor * np.eye(d)
+
+
+# A printed form is shown wrong only by a residual visibly above zero: expressions are evaluated
+# at 30 digits, so a true identity samples below ~1e-25.
+_VISIBLY_NONZERO = 1e-20
+
+
+def sampled_residual(expr, *, samples: int = 6, seed_: int = 0) -> float:
+    """max |expr| at sample points that respect the symbols' assumptions (no simplification).
+
+    For printed forms expected to fail: `symbolic_residual` first tries to simplify, which is
+    slow on a nonzero expression (tens of seconds for the Riccati tanh form) and ends at the
+    same sampled value.
+    Returns 0.0 when the sampled residual is not visibly nonzero, so a form that is in fact an
+    identity makes an ``expect="fails"`` check fail.
+    """
+    import mpmath
+
+    rng = np.random.default_rng(seed_)
+    symbols = sorted(expr.free_symbols, key=str)
+    f = sp.lambdify(symbols, expr, "mpmath")
+    worst = 0.0
+    with mpmath.workdps(30):
+        for _ in range(samples):
+            values = []
+            for s in symbols:
+                if s.is_positive:
+                    values.append(mpmath.mpf(rng.uniform(0.2, 2.0)))
+                elif s.is_real:
+                    values.append(mpmath.mpf(rng.uniform(-2.0, 2.0)))
+                else:
+                    values.append(mpmath.mpc(rng.uniform(-2.0, 2.0), rng.uniform(-2.0, 2.0)))
+            worst = max(worst, float(abs(f(*values))))
+    return worst if worst > _VISIBLY_NONZERO else 0.0
+
+
+def rational_residual(expr, *, samples: int = 6, seed_: int = 0) -> float:
+    """`symbolic_residual` for a rational function, without its slow `simplify` attempts.
+
+    ``cancel`` is a canonical form of rational functions (expanded coprime numerator and
+    denominator), so the function is identically zero iff it cancels to 0: then 0.0 is a proof.
+    Otherwise, as `symbolic_residual` does, the largest |value| at sample points of the
+    (positive) symbols in [0.2, 2].
+    """
+    reduced = sp.cancel(sp.together(expr))
+    if reduced == 0:
+        return 0.0
+    rng = np.random.default_rng(seed_)
+    symbols = sorted(reduced.free_symbols, key=str)
+    worst = 0.0
+    for _ in range(samples):
+        values = {s: sp.Float(rng.uniform(0.2, 2.0)) for s in symbols}
+        worst = max(worst, float(abs(sp.N(reduced.subs(values), 30))))
+    return max(worst, np.finfo(float).tiny)
+
+
+def trig_residual(expr) -> float:
+    """`symbolic_residual` after expanding trig functions of sums and clearing denominators.
+
+    ``sin((a + b) t)`` is expanded into products of ``sin(a t)``, ``cos(b t)`` (SymPy's
+    `simplify` finds these identities only slowly); the numerator of the result is then a
+    polynomial in those functions, zero exactly when the identity holds.
+    """
+    for pre in (sp.expand, lambda e: e):  # expanding the arguments first is usually faster
+        numerator, _ = sp.fraction(sp.together(sp.expand(sp.expand_trig(pre(expr)))))
+        if sp.expand(numerator) == 0:
+            return 0.0
+    return symbolic_residual(expr)
+
+
+def matrix_identity_residual(expr, symbols, *, seed_: int = 0) -> float:
+    """0.0 if ``expand(expr)`` is the zero matrix (a proof), else max |expr| at random matrices.
+
+    `expr` is built from `sympy.MatrixSymbol`s, whose products SymPy simplifies without
+    entries (``S^-1 S = I``); on failure each symbol gets a random complex matrix.
+    """
+    expanded = sp.expand(expr)
+    if expanded == 0 or isinstance(expanded, sp.ZeroMatrix):
+        return symbolic_residual(sp.zeros(*expr.shape))
+    rng = np.random.default_rng(seed_)
+    values = {
+        m: sp.Matrix(rng.normal(size=m.shape) + 1j * rng.normal(size=m.shape)) for m in symbols
+    }
+    value = np.array(sp.N(expr.subs(values).doit()), dtype=complex)
+    return max(float(np.abs(value).max()), np.finfo(float).tiny)
+
+
+def lag_grid(target: float, dts) -> tuple[np.ndarray, int, np.ndarray]:
+    """Times containing 0, the target and target + dts; the target's index and the lags' ones."""
+    times = np.unique(np.round(np.concatenate([[0.0, target], target + np.asarray(dts)]), 12))
+    index = {t: n for n, t in enumerate(times)}
+    return times, index[target], np.array([index[round(target + dt, 12)] for dt in dts])
