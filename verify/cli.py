@@ -63,12 +63,12 @@ def _row(r: Result) -> str:
         else ("> 0" if c.expect == "fails" else "= 0")
     )
     return (
-        f"{c.id:<44} {c.kind:<11} {_format_residual(r):>11}  {bound:<9} "
+        f"{c.id:<46} {c.kind:<11} {_format_residual(r):>11}  {bound:<9} "
         f"{r.seconds:>6.2f}s  {r.status}"
     )
 
 
-HEADER = f"{'check':<44} {'kind':<11} {'residual':>11}  {'needs':<9} {'time':>7}  status"
+HEADER = f"{'check':<46} {'kind':<11} {'residual':>11}  {'needs':<9} {'time':>7}  status"
 
 
 def _details(results: list[Result]) -> list[str]:
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError(f"--only {args.only!r} matches no check (see --list)")
         if args.list:
             for c in checks:
-                print(f"{c.id:<44} {c.kind:<11} {c.source}")
+                print(f"{c.id:<46} {c.kind:<11} {c.source}")
             return 0
         _check_output(args.json, args.force)
         _check_output(args.table, args.force)

@@ -392,6 +392,24 @@ def _noise_power(sigma_r, sigma_t, dim) -> np.ndarray:
     return sig_r**2 + (_dimension(dim) - 1) * sig_t**2
 
 
+def tangent_step(u, u_bar) -> np.ndarray:
+    """The tangent-plane step ``P_T(u) u_bar`` of the directional estimator (seed 003 C.1, eq. 15).
+
+    It minimises ``sum_j kappa_j |du - (u_hat_j - u)|^2`` over tangent vectors ``du`` (``u . du =
+    0``) when ``u_bar = sum_j A_j u_hat_j`` with weights ``A_j = kappa_j / sum kappa``: the
+    unconstrained minimiser ``u_bar - u`` projected onto the tangent plane, which removes its
+    radial part ``(u . u_bar - 1) u``. Seed 003 C.1 states ``u_bar - u`` itself, which is not a
+    tangent vector unless ``u . u_bar = 1``.
+
+    Shapes: u (..., d) unit, u_bar (..., d) -> (..., d).
+    """
+    u = _direction("u", u)
+    u_bar = validation.real_array("u_bar", u_bar)
+    if u_bar.shape[-1:] != u.shape[-1:]:
+        raise ValueError(f"u_bar must have shape (..., {u.shape[-1]}), got {u_bar.shape}")
+    return u_bar - np.sum(u * u_bar, axis=-1, keepdims=True) * u
+
+
 def spherical_exp(u, v) -> np.ndarray:
     """Spherical exponential map ``exp_u(v) = cos|v| u + sin|v| v / |v|`` (seed 000 5.1).
 

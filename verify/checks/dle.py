@@ -275,3 +275,32 @@ def _pulled_forward(quick: bool) -> Outcome:
         worst = max(worst, float(np.max(np.abs(whitened_scores(pulled - x[:, i], V)))))
         lags.append(f"{dt:+.2f}")
     return Outcome(worst, f"{paths} paths, lags {', '.join(lags)}; max |z|")
+
+
+# --- seed errors --------------------------------------------------------------------------------
+
+
+@check(
+    "dle.printed-s-inverse",
+    title="seeds print V = S Lambda_V S^-1: for a non-unitary S (the afa-2d basis) that is not "
+    "the propagated covariance (it is not even symmetric); the corrected S Lambda_V S^H is "
+    "dle.closed-form-vs-van-loan",
+    source=seed(3, "3.3 (after eq. 5)") + "; " + seed(0, "5.2"),
+    kind="numeric",
+    tolerance=1e-10,
+    expect="fails",
+)
+def _printed_s_inverse(quick: bool) -> Outcome:
+    S = np.array([[1 - 1j, 1 + 1j], [1, 1]])
+    lam = np.array([-0.1 - 1j, -0.1 + 1j])
+    q = np.array([0.3, 0.3])  # equal on the conjugate pair: Q = S diag(q) S^H is real
+    Q = (S * q) @ S.conj().T
+    A = real_from_eigen(lam, S)
+    dt = np.array([-3.0, -0.5, 0.5, 3.0])
+    modes = dle.eigen_mode_variances(lam, q, dt)
+    printed = ((S * modes[:, None, :]) @ np.linalg.inv(S)).real
+    reference = dle.propagated_covariance(A, Q.real, dt)
+    asymmetry = float(np.abs(printed - np.swapaxes(printed, 1, 2)).max())
+    return Outcome(
+        relative_error(printed, reference), f"max |V - V^T| of the printed form: {asymmetry:.2g}"
+    )

@@ -20,6 +20,7 @@ from verify.tools import (
     random_eigensystem,
     random_spd,
     relative_error,
+    sampled_residual,
     symbolic_residual,
     whitened_scores,
 )
@@ -778,3 +779,41 @@ def _measurement_residuals(quick: bool) -> Outcome:
         scores = whitened_scores(residual, variances[n] * I4)
         worst = max(worst, float(np.max(np.abs(scores))))
     return Outcome(worst, f"{paths} paths; 2 systems x 6 lags + RFA isotropic x 4 lags; max |z|")
+
+
+# --- seed 004 D.2: the initialisation's scaling of sigma with mu ----------------------------------
+
+
+def _steady_state_variance_under(scaling):
+    """sigma~^2 = |c|^2 sigma^2 / (2 mu) (seed 004 A.3) when sigma is tied to mu by `scaling`."""
+    mu, k, c = sp.symbols("mu k c", positive=True)
+    sigma = scaling(mu, k)
+    return mu, c**2 * sigma**2 / (2 * mu)
+
+
+@check(
+    "measurement.printed-rfa-sigma-prop-mu",
+    title="seed 004 D.2 keeps sigma~ constant across heads 'i.e. sigma proportional to mu': with "
+    "sigma = k mu, sigma~^2 = c^2 k^2 mu / 2 still varies with mu (residual: d sigma~^2/d mu)",
+    source=seed(4, "D.2 (initialisation)"),
+    kind="symbolic",
+    tolerance=0.0,
+    expect="fails",
+)
+def _printed_sigma_proportional(quick: bool) -> Outcome:
+    mu, st2 = _steady_state_variance_under(lambda mu, k: k * mu)
+    residual = sampled_residual(sp.diff(st2, mu))
+    return Outcome(residual, "sampled |d sigma~^2 / d mu| (k, c in [0.2, 2])")
+
+
+@check(
+    "measurement.corrected-rfa-sigma2-prop-mu",
+    title="corrected: sigma^2 = k mu (sigma proportional to sqrt(mu)) makes sigma~^2 = c^2 k / 2 "
+    "the same for every head",
+    source=seed(4, "D.2 (initialisation), A.3"),
+    kind="symbolic",
+    tolerance=0.0,
+)
+def _corrected_sigma_squared(quick: bool) -> float:
+    mu, st2 = _steady_state_variance_under(lambda mu, k: sp.sqrt(k * mu))
+    return symbolic_residual(sp.diff(st2, mu))

@@ -1119,3 +1119,65 @@ def _measured_direction_monte_carlo(quick: bool) -> Outcome:
     cov = rt.direction_covariance(u, m, eta_t)
     scores = whitened_scores(tangent, basis.T @ cov @ basis)
     return Outcome(float(np.max(np.abs(scores))), f"{paths} draws; max |z| of mean and covariance")
+
+
+# --- seed 003 C.1: the tangent-space step ---------------------------------------------------------
+
+
+def _consensus(rng: np.random.Generator, d: int, n: int):
+    """A unit query direction, n unit transported keys near it and positive precisions."""
+    u = rng.normal(size=d)
+    u /= np.linalg.norm(u)
+    keys = u + 0.6 * rng.normal(size=(n, d))
+    keys /= np.linalg.norm(keys, axis=1, keepdims=True)
+    kappa = rng.uniform(0.1, 3.0, size=n)
+    return u, keys, kappa
+
+
+def _constrained_minimiser(u, keys, kappa):
+    """argmin over tangent du of sum_j kappa_j |du - (key_j - u)|^2, by least squares in a basis."""
+    basis = np.linalg.svd(np.eye(u.size) - np.outer(u, u))[0][:, : u.size - 1]  # spans T_u
+    rows = np.concatenate([np.sqrt(k) * basis for k in kappa])
+    target = np.concatenate([np.sqrt(k) * (key - u) for k, key in zip(kappa, keys, strict=True)])
+    coef = np.linalg.lstsq(rows, target, rcond=None)[0]
+    return basis @ coef
+
+
+@check(
+    "radial_tangential.printed-tangent-step",
+    title="seed 003 C.1 states the tangent-space minimiser is u_bar - u: it has the radial part "
+    "(u . u_bar - 1) u, so it is not in T_u (residual: |u . (u_bar - u)|)",
+    source=seed(3, "C.1 (tangent-space form)"),
+    kind="numeric",
+    tolerance=1e-10,
+    expect="fails",
+)
+def _printed_tangent_step(quick: bool) -> Outcome:
+    rng = np.random.default_rng(61)
+    smallest = np.inf
+    for _ in range(5 if quick else 50):
+        u, keys, kappa = _consensus(rng, int(rng.integers(3, 7)), 6)
+        u_bar = (kappa / kappa.sum()) @ keys
+        smallest = min(smallest, abs(float(u @ (u_bar - u))))
+    return Outcome(smallest, "smallest |u . (u_bar - u)| over the cases")
+
+
+@check(
+    "radial_tangential.corrected-tangent-step",
+    title="corrected: P_T(u) u_bar equals the constrained least-squares minimiser over T_u "
+    "(solved in an orthonormal basis of the tangent plane)",
+    source=seed(3, "C.1, eq. 15"),
+    kind="numeric",
+    tolerance=1e-12,
+)
+def _corrected_tangent_step(quick: bool) -> float:
+    # A well-conditioned least-squares problem (orthonormal basis, precisions in [0.1, 3]):
+    # its solution is accurate to a few u relative to |u_bar| <= 1.
+    rng = np.random.default_rng(62)
+    worst = 0.0
+    for _ in range(5 if quick else 50):
+        u, keys, kappa = _consensus(rng, int(rng.integers(3, 7)), 6)
+        u_bar = (kappa / kappa.sum()) @ keys
+        step = rt.tangent_step(u, u_bar)
+        worst = max(worst, float(np.abs(step - _constrained_minimiser(u, keys, kappa)).max()))
+    return worst
