@@ -145,10 +145,14 @@ def _imaginary_axis(quick: bool) -> float:
 # --- numeric ----------------------------------------------------------------------------------
 
 
-def _random_problem(rng: np.random.Generator, d: int):
-    """A decoupled waypoint problem: real A, B, Q_f, R_c built from shared eigen-data."""
+def random_problem(rng: np.random.Generator, d: int, sign: float | None = None):
+    """A decoupled waypoint problem: real A, B, Q_f, R_c built from shared eigen-data.
+
+    The eigenvalues are multiplied by `sign` (random +-1 when None: B.4 needs no stability).
+    Returns ``(problem, S, A, B, Q_f, R_c)``; also used by the unit tests.
+    """
     lam, S = random_eigensystem(rng, d, decay=(0.05, 1.0))
-    lam = lam * rng.choice([1.0, -1.0], size=1)  # sometimes unstable: B.4 needs no stability
+    lam = lam * (rng.choice([1.0, -1.0]) if sign is None else sign)
     b, q, r = [], [], []
     for _ in range(d // 2):
         v = rng.uniform(0.3, 1.5) * np.exp(1j * rng.uniform(-1.0, 1.0))
@@ -170,7 +174,7 @@ def _cases(quick: bool, seed_: int):
     rng = np.random.default_rng(seed_)
     for _ in range(2 if quick else 20):
         d = int(rng.integers(2, 6))
-        problem, S, A, B, Q_f, R_c = _random_problem(rng, d)
+        problem, S, A, B, Q_f, R_c = random_problem(rng, d)
         x0, x_ref = rng.normal(size=(2, 4, d))  # a batch of 4 initial states and waypoints
         t_f = rng.uniform(0.2, 2.0)
         yield problem, S, A, B, Q_f, R_c, x0, x_ref, t_f
@@ -302,7 +306,7 @@ def _controlled_sde(quick: bool) -> Outcome:
     paths = 4000 if quick else 40_000
     worst = 0.0
     for k, d in enumerate((2, 3)):
-        problem, S, A, B, Q_f, R_c = _random_problem(rng, d)
+        problem, S, A, B, Q_f, R_c = random_problem(rng, d)
         Q = 0.05 * np.eye(d) + 0.02 * np.ones((d, d))  # process noise, not diagonal in S
         x0, x_ref, t_f = rng.normal(size=d), rng.normal(size=d), 1.5
         W = dle.forward_covariance(A, B @ np.linalg.solve(R_c, B.T), t_f)
