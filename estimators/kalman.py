@@ -31,10 +31,15 @@ LOG_2PI = float(np.log(2.0 * np.pi))
 
 
 class GaussianPrior(NamedTuple):
-    """State prior at the first measurement time, ``N(mean, cov)``; ``cov=None`` is diffuse."""
+    """State prior ``x(time) ~ N(mean, cov)``; ``cov=None`` is diffuse.
+
+    ``time=None`` puts the prior at each sequence's first (delayed) measurement time; a time at
+    or before it is propagated there exactly (the usual "initial state at t = 0").
+    """
 
     mean: np.ndarray | None = None
     cov: np.ndarray | None = None
+    time: float | None = None
 
 
 class FilterResult(NamedTuple):
@@ -72,7 +77,7 @@ class SmootherResult(NamedTuple):
 
 
 class _Batch(NamedTuple):
-    z: np.ndarray  # (B, T, k), zeros where missing
+    z: np.ndarray  # (T, B, k) time-major, zeros where missing
     observed: np.ndarray  # (B, T) bool
     times: np.ndarray  # (B, T) state times
     group: np.ndarray  # (B,)
@@ -112,7 +117,7 @@ def _prepare(sde, measurement, z, t, mask) -> _Batch:
             observed = observed[None]
         if observed.shape != (B, T):
             raise ValueError(
-                f"mask must have shape {(B, T)[1 - squeeze :]} (one flag per "
+                f"mask must have shape {(B, T)[int(squeeze) :]} (one flag per "
                 f"measurement vector), got {np.shape(mask)}"
             )
     finite = np.all(np.isfinite(z), axis=2)
@@ -122,10 +127,10 @@ def _prepare(sde, measurement, z, t, mask) -> _Batch:
             f"z has NaN or infinite entries at observed measurements (first: "
             f"sequence {b}, step {k}); mark missing ones with mask"
         )
-    z = np.where(observed[..., None], z, 0.0)
 
     t = validation.real_array("t", t)
-    if t.ndim == 1:
+    shared_times = t.ndim == 1 and t.shape == (T,)
+    if shared_times:
         t = np.broadcast_to(t, (B, T))
     if t.shape != (B, T):
         raise ValueError(f"t must have shape ({T},) or ({B}, {T}), got {t.shape}")
@@ -133,43 +138,79 @@ def _prepare(sde, measurement, z, t, mask) -> _Batch:
         raise ValueError("t must be strictly increasing along each sequence")
     times = t + measurement.delay
 
-    key = np.concatenate([times, observed.astype(float)], axis=1)
-    unique, group = np.unique(key, axis=0, return_inverse=True)
+    # Time-major copy of the data (steps on the outer axis), zero where missing.
+    zt = np.moveaxis(z, 1, 0).copy()
+    zt[~observed.T] = 0.0
+    if shared_times and np.all(observed == observed[0]):
+        group = np.zeros(B, dtype=np.int64)
+        group_times, group_observed = times[:1], observed[:1]
+    else:
+        key = np.ascontiguousarray(np.concatenate([times, observed.astype(float)], axis=1))
+        rows = key.view(np.dtype((np.void, key.dtype.itemsize * key.shape[1]))).ravel()
+        _, first, group = np.unique(rows, return_index=True, return_inverse=True)
+        group_times, group_observed = times[first], observed[first]
     return _Batch(
-        z,
+        zt,
         observed,
         np.ascontiguousarray(times),
         group.ravel(),
-        unique[:, :T],
-        unique[:, T:].astype(bool),
+        group_times,
+        group_observed,
         squeeze,
     )
 
 
-def _transitions(sde: LinearSDE, group_times: np.ndarray):
-    """Exact step maps per group and step: Phi, Qd (G, T, d, d) and offset (G, T, d)."""
+# Differences of time stamps such as k * 0.1 vary in their last bits; steps equal to within
+# this relative gap (a few hundred ulps, far below any physical resolution) share a transition.
+_STEP_RTOL = 1e-13
+
+
+def _step_classes(steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct step sizes (clustered within `_STEP_RTOL`) and each step's class (same shape)."""
+    sizes = np.unique(steps)
+    if sizes.size > 1:
+        new = np.concatenate([[True], np.diff(sizes) > _STEP_RTOL * sizes[1:]])
+        sizes = sizes[new]
+    classes = np.clip(np.searchsorted(sizes, steps * (1 + _STEP_RTOL), side="right") - 1, 0, None)
+    return sizes, classes
+
+
+def _transitions(sde: LinearSDE, group_times: np.ndarray, prior_time: float | None):
+    """Exact step maps per group and step: Phi, Qd (G, T, d, d) and offset (G, T, d).
+
+    Step 0 maps the prior from `prior_time` to the first state time (the identity when None).
+    """
     G, T = group_times.shape
     d = sde.dim
+    if prior_time is None:
+        start, steps = 1, np.diff(group_times, axis=1)
+    else:
+        if np.any(group_times[:, 0] < prior_time):
+            raise ValueError(
+                f"prior.time ({prior_time:g}) must not be after the first state "
+                f"time ({group_times[:, 0].min():g})"
+            )
+        start, steps = 0, np.diff(group_times, axis=1, prepend=prior_time)
     Phi = np.broadcast_to(np.eye(d), (G, T, d, d)).copy()
     offset = np.zeros((G, T, d))
     Qd = np.zeros((G, T, d, d))
-    if T > 1:
-        steps = np.diff(group_times, axis=1)
-        sizes, inverse = np.unique(steps, return_inverse=True)
+    if steps.size:
+        sizes, classes = _step_classes(steps)
         maps = linear_transition(sde, sizes)
-        inverse = inverse.reshape(steps.shape)
-        Phi[:, 1:], offset[:, 1:] = maps.Phi[inverse], maps.offset[inverse]
-        Qd[:, 1:] = maps.Qd[inverse]
+        Phi[:, start:], offset[:, start:] = maps.Phi[classes], maps.offset[classes]
+        Qd[:, start:] = maps.Qd[classes]
     return Phi, offset, Qd
 
 
 def _prior(sde: LinearSDE, prior: GaussianPrior | None):
+    """(mean, cov, time) of a proper prior; (None, None, None) for a diffuse one."""
     if prior is None or prior.cov is None:
-        return None, None
+        return None, None, None
     d = sde.dim
     mean = np.zeros(d) if prior.mean is None else validation.vector("prior.mean", prior.mean, d)
     cov = validation.covariance("prior.cov", prior.cov, d)
-    return mean, cov
+    time = None if prior.time is None else validation.scalar("prior.time", prior.time)
+    return mean, cov, time
 
 
 # --------------------------------------------------------------------------------------------
@@ -181,118 +222,95 @@ def _sym(P: np.ndarray) -> np.ndarray:
     return 0.5 * (P + np.swapaxes(P, -1, -2))
 
 
-def kalman_filter(
-    sde: LinearSDE,
-    measurement: LinearMeasurement,
-    z,
-    t,
-    *,
-    prior: GaussianPrior | None = None,
-    mask=None,
-) -> FilterResult:
-    """Kalman filter with exact discretisation and the innovations log-likelihood.
+def _T(M: np.ndarray) -> np.ndarray:
+    return np.swapaxes(M, -1, -2)
 
-    Predict ``m- = e^{Ah} m + int_0^h e^{As} ds u``, ``P- = e^{Ah} P e^{A^T h} + Q_d(h)``; update
-    ``S = C P- C^T + R``, ``K = P- C^T S^-1``, ``m = m- + K (z - C m- - b)``, ``P = (I - K C) P-
-    (I - K C)^T + K R K^T`` (Joseph form, symmetric and PSD in floating point);
-    ``log p(z_k | z_<k) = -1/2 (e^T S^-1 e + log det S + k log 2 pi)``.
 
-    Parameters
-    ----------
-    sde, measurement : the model (`sde_sim.LinearSDE`, `sde_sim.LinearMeasurement`).
-    z : (B, T, k) or (T, k) measurements; entries of missing ones are ignored.
-    t : (T,) shared or (B, T) per-sequence measurement times, strictly increasing; the states are
-        estimated at ``t + measurement.delay``.
-    prior : state prior at the first time; ``None`` or ``cov=None`` is diffuse.
-    mask : (B, T) or (T,) bool, True where the measurement is observed; default all observed.
+class _Gains(NamedTuple):
+    """Data-independent part of the filter, per group and step."""
 
-    Returns
-    -------
-    FilterResult; with (T, k) input the batch axis of ``means``, ``pred_means``,
-    ``log_likelihood`` and ``times`` is dropped.
+    pred_covs: np.ndarray  # (G, T, d, d)
+    covs: np.ndarray  # (G, T, d, d)
+    gains: np.ndarray  # (G, T, d, k), zero where nothing is observed
+    whiten: np.ndarray  # (G, T, k, k) L^-1 with L L^T = S, zero where nothing is observed
+    logdet: np.ndarray  # (G, T) log det S
+
+
+# The covariance recursion is stopped once its map is fixed (same step size and observation
+# from there on) and one step changes the covariance by at most this much, relative: further
+# steps would only repeat it to round-off.
+_STEADY_RTOL = 1e-14
+
+
+def _fixed_from(batch: _Batch) -> int:
+    """First step after which every group's step size and observation flag stay the same."""
+    times, observed = batch.group_times, batch.group_observed
+    T = times.shape[1]
+    changes = np.any(observed != observed[:, -1:], axis=0)
+    if T > 2:
+        classes = _step_classes(np.diff(times, axis=1))[1]
+        changes[1:-1] |= np.any(classes[:, :-1] != classes[:, -1:], axis=0)
+    changed = np.flatnonzero(changes)
+    return int(changed[-1]) + 1 if changed.size else 1
+
+
+def _covariance_pass(measurement, batch: _Batch, Phi, Qd, prior_cov) -> _Gains:
+    """Predicted and filtered covariances, gains and innovation whitening for every group.
+
+    Predict ``P- = F P F^T + Q_d``; update ``S = C P- C^T + R``, ``K = P- C^T S^-1``,
+    ``P = (I - K C) P- (I - K C)^T + K R K^T`` (Joseph form: symmetric and PSD in floating
+    point). With a diffuse prior, step 0 sets ``P = (C^T R^-1 C)^-1``. Once the recursion has
+    reached its steady state (see `_STEADY_RTOL`) the remaining steps are copies.
     """
-    batch = _prepare(sde, measurement, z, t, mask)
-    prior_mean, prior_cov = _prior(sde, prior)
-    Phi, offset, Qd = _transitions(sde, batch.group_times)
+    C, R = measurement.C, measurement.R
     G, T = batch.group_times.shape
-    B, d = batch.z.shape[0], sde.dim
-
-    means = np.empty((B, T, d))
-    pred_means = np.empty((B, T, d))
-    covs = np.empty((G, T, d, d))
-    pred_covs = np.empty((G, T, d, d))
-    loglik = np.zeros(B)
-    group = batch.group
-    single = G == 1
-
-    diffuse = prior_cov is None
-    if diffuse and not np.all(batch.observed[:, 0]):
-        raise ValueError(
-            "a diffuse prior needs the first measurement of every sequence "
-            "observed (mask[:, 0] all True): give a proper prior instead"
-        )
-    m = np.broadcast_to(np.zeros(d) if diffuse else prior_mean, (B, d)).copy()
-    P = np.broadcast_to(np.zeros((d, d)) if diffuse else prior_cov, (G, d, d)).copy()
-    for step in range(T):
-        # --- predict --------------------------------------------------------------------------
-        if step > 0:
-            F = Phi[:, step]
-            m = _apply(m, F, group, single) + (offset[0, step] if single else offset[group, step])
-            P = _sym(F @ P @ np.swapaxes(F, 1, 2) + Qd[:, step])
-        pred_means[:, step], pred_covs[:, step] = m, P
-        # --- update ---------------------------------------------------------------------------
-        if step == 0 and diffuse:
-            # Nothing is known before the first measurement: it fixes the state on its own
-            # and adds no term to the (diffuse) log-likelihood.
-            pred_means[:, 0], pred_covs[:, 0] = np.nan, np.nan
-            m, P = _diffuse_start(batch.z[:, 0], measurement, G)
-        else:
-            upd = batch.group_observed[:, step]
-            if np.any(upd):
-                m, P = _update(m, P, upd, batch, step, measurement, loglik, single)
-        means[:, step], covs[:, step] = m, P
-    result = FilterResult(means, covs, pred_means, pred_covs, loglik, group, batch.times, Phi)
-    return _squeezed(result, batch.squeeze)
-
-
-def _apply(m: np.ndarray, F: np.ndarray, group: np.ndarray, single: bool) -> np.ndarray:
-    """``F_g m`` for each sequence: m (B, d), F (G, d, d)."""
-    if single:
-        return m @ F[0].T
-    return np.einsum("bij,bj->bi", F[group], m)
-
-
-def _update(m, P, upd, batch: _Batch, step: int, measurement, loglik, single: bool):
-    """Measurement update of the groups `upd` (G,) and their observed sequences; adds to loglik."""
-    C, R, bias = measurement.C, measurement.R, measurement.b
     d, k = C.shape[1], C.shape[0]
-    S = _sym(C @ P[upd] @ C.T + R)
-    L = np.linalg.cholesky(S)
-    PCt = P[upd] @ C.T
-    K = np.swapaxes(np.linalg.solve(np.swapaxes(S, 1, 2), np.swapaxes(PCt, 1, 2)), 1, 2)
-    IKC = np.eye(d) - K @ C
-    P = P.copy()
-    P[upd] = _sym(IKC @ P[upd] @ np.swapaxes(IKC, 1, 2) + K @ R @ np.swapaxes(K, 1, 2))
-    rows = batch.observed[:, step]
-    if not np.any(rows):
-        return m, P
-    m = m.copy()
-    e = batch.z[rows, step] - m[rows] @ C.T - bias
-    if single:
-        m[rows] += e @ K[0].T
-        w = solve_triangular(L[0], e.T, lower=True).T
-        logdet = 2.0 * np.sum(np.log(np.diag(L[0])))
-    else:
-        slot = (np.cumsum(upd) - 1)[batch.group[rows]]  # row of each sequence in K and L
-        m[rows] += np.einsum("bij,bj->bi", K[slot], e)
-        w = np.linalg.solve(L[slot], e[..., None])[..., 0]
-        logdet = 2.0 * np.sum(np.log(np.diagonal(L[slot], axis1=1, axis2=2)), axis=1)
-    loglik[rows] -= 0.5 * (np.sum(w * w, axis=1) + logdet + k * LOG_2PI)
-    return m, P
+    pred_covs, covs = np.empty((G, T, d, d)), np.empty((G, T, d, d))
+    gains, whiten, logdet = np.zeros((G, T, d, k)), np.zeros((G, T, k, k)), np.zeros((G, T))
+    P = None if prior_cov is None else np.broadcast_to(prior_cov, (G, d, d)).copy()
+    fixed_from = _fixed_from(batch)
+    for step in range(T):
+        if P is not None:  # at step 0 this carries a proper prior to the first state time
+            F = Phi[:, step]
+            P = _sym(F @ P @ _T(F) + Qd[:, step])
+        else:  # diffuse prior: the first measurement alone fixes the state
+            pred_covs[:, 0] = np.nan
+            P = np.broadcast_to(_diffuse_covariance(measurement), (G, d, d)).copy()
+            covs[:, 0] = P
+            continue
+        pred_covs[:, step] = P
+        obs = batch.group_observed[:, step]
+        if np.any(obs):
+            Pg = P[obs]
+            S = _sym(C @ Pg @ C.T + R)
+            L = np.linalg.cholesky(S)
+            K = _T(np.linalg.solve(S, C @ Pg))  # P- C^T S^-1 (S and P- symmetric)
+            IKC = np.eye(d) - K @ C
+            P = P.copy()
+            P[obs] = _sym(IKC @ Pg @ _T(IKC) + K @ R @ _T(K))
+            gains[obs, step] = K
+            whiten[obs, step] = np.linalg.inv(L)
+            logdet[obs, step] = 2.0 * np.sum(np.log(np.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
+        covs[:, step] = P
+        if step > fixed_from and _steady(covs, pred_covs, step):
+            rest = slice(step + 1, T)
+            for arr in (pred_covs, covs, gains, whiten, logdet):
+                arr[:, rest] = arr[:, step : step + 1]
+            break
+    return _Gains(pred_covs, covs, gains, whiten, logdet)
 
 
-def _diffuse_start(z0: np.ndarray, measurement, groups: int):
-    """Diffuse start: ``P = (C^T R^-1 C)^-1`` and ``m = P C^T R^-1 (z_0 - b)``."""
+def _steady(covs, pred_covs, step: int) -> bool:
+    def close(a, b):
+        return np.all(np.abs(a - b) <= _STEADY_RTOL * np.abs(b).max(axis=(-2, -1), keepdims=True))
+
+    return close(covs[:, step], covs[:, step - 1]) and close(
+        pred_covs[:, step], pred_covs[:, step - 1]
+    )
+
+
+def _diffuse_covariance(measurement) -> np.ndarray:
+    """``(C^T R^-1 C)^-1``: the covariance after one measurement under a diffuse prior."""
     C, R = measurement.C, measurement.R
     d = C.shape[1]
     rank = np.linalg.matrix_rank(C)
@@ -309,10 +327,151 @@ def _diffuse_start(z0: np.ndarray, measurement, groups: int):
             "fixes the state): give a proper prior instead"
         ) from None
     W = solve_triangular(L, C, lower=True)  # R^-1/2 C
-    P0 = np.linalg.inv(W.T @ W)
-    gain = P0 @ W.T @ np.linalg.inv(L)  # P0 C^T R^-1
-    m = (z0 - measurement.b) @ gain.T
-    return m, np.broadcast_to(_sym(P0), (groups, d, d)).copy()
+    return _sym(np.linalg.inv(W.T @ W))
+
+
+def kalman_filter(
+    sde: LinearSDE,
+    measurement: LinearMeasurement,
+    z,
+    t,
+    *,
+    prior: GaussianPrior | None = None,
+    mask=None,
+) -> FilterResult:
+    """Kalman filter with exact discretisation and the innovations log-likelihood.
+
+    Predict ``m- = e^{Ah} m + int_0^h e^{As} ds u``, ``P- = e^{Ah} P e^{A^T h} + Q_d(h)``; update
+    ``S = C P- C^T + R``, ``K = P- C^T S^-1``, ``m = m- + K (z - C m- - b)``, ``P = (I - K C) P-
+    (I - K C)^T + K R K^T`` (Joseph form); ``log p(z_k | z_<k) = -1/2 (e^T S^-1 e + log det S +
+    k log 2 pi)`` with ``e = z - C m- - b``.
+
+    Two passes: the covariances and gains, which do not depend on the data, once per group;
+    then the means of all sequences, ``m_k = (I - K_k C) F_k m_{k-1} + (I - K_k C) c_k + K_k
+    (z_k - b)``, whose sequential part is one matrix product per step; predictions,
+    innovations and the log-likelihood are then evaluated for all steps at once.
+
+    Parameters
+    ----------
+    sde, measurement : the model (`sde_sim.LinearSDE`, `sde_sim.LinearMeasurement`).
+    z : (B, T, k) or (T, k) measurements; entries of missing ones are ignored.
+    t : (T,) shared or (B, T) per-sequence measurement times, strictly increasing; the states are
+        estimated at ``t + measurement.delay``.
+    prior : state prior at the first time; ``None`` or ``cov=None`` is diffuse.
+    mask : (B, T) or (T,) bool, True where the measurement is observed; default all observed.
+
+    Returns
+    -------
+    FilterResult; with (T, k) input the batch axis of ``means``, ``pred_means``,
+    ``log_likelihood`` and ``times`` is dropped.
+    """
+    batch = _prepare(sde, measurement, z, t, mask)
+    prior_mean, prior_cov, prior_time = _prior(sde, prior)
+    if prior_cov is None and not np.all(batch.observed[:, 0]):
+        raise ValueError(
+            "a diffuse prior needs the first measurement of every sequence "
+            "observed (mask[:, 0] all True): give a proper prior instead"
+        )
+    Phi, offset, Qd = _transitions(sde, batch.group_times, prior_time)
+    g = _covariance_pass(measurement, batch, Phi, Qd, prior_cov)
+    if Phi.shape[0] == 1:
+        means, pred, loglik = _shared_mean_pass(
+            measurement, batch, Phi[0], offset[0], g, prior_mean
+        )
+    else:
+        means, pred, loglik = _grouped_mean_pass(measurement, batch, Phi, offset, g, prior_mean)
+    result = FilterResult(
+        np.moveaxis(means, 0, 1),
+        g.covs,
+        np.moveaxis(pred, 0, 1),
+        g.pred_covs,
+        loglik,
+        batch.group,
+        batch.times,
+        Phi,
+    )
+    return _squeezed(result, batch.squeeze)
+
+
+def _diffuse_mean(measurement, z0: np.ndarray, P0: np.ndarray) -> np.ndarray:
+    """``m_0 = P0 C^T R^-1 (z_0 - b)`` for z0 (B, k): the diffuse start's mean."""
+    return (z0 - measurement.b) @ np.linalg.solve(measurement.R, measurement.C @ P0)
+
+
+def _shared_mean_pass(measurement, batch: _Batch, Phi, offset, g: _Gains, prior_mean):
+    """Means, predictions (T, B, d) and log-likelihood (B,) when all sequences share one group.
+
+    All sequences share the gains and the observation pattern, so each step is two matrix
+    products on (B, .) arrays that stay in cache: ``m [F^T | F^T C^T]`` gives the prediction
+    ``m- = m F^T + c`` and its measurement, so ``e = z - b - c C^T - m F^T C^T``; then
+    ``e [K^T | L^-T]`` gives the correction ``m = m- + e K^T`` and the whitened innovation
+    ``w = e L^-T`` (``L L^T = S``), whose squares accumulate into the log-likelihood.
+    """
+    C, bias = measurement.C, measurement.b
+    T, B, k = batch.z.shape
+    d = C.shape[1]
+    observed = batch.group_observed[0]
+    PhiT = _T(Phi)
+    forward = np.concatenate([PhiT, PhiT @ C.T], axis=2)  # (T, d, d + k)
+    update = np.concatenate([_T(g.gains[0]), _T(g.whiten[0])], axis=2)  # (T, k, d + k)
+    z_shift = bias + offset @ C.T  # (T, k): b + c C^T
+    means, pred = np.empty((T, B, d)), np.empty((T, B, d))
+    ahead, back = np.empty((B, d + k)), np.empty((B, d + k))
+    e = np.empty((B, k))
+    squares = np.zeros(B)
+    diffuse = prior_mean is None
+    for step in range(T):
+        if step == 0:
+            if diffuse:
+                pred[0] = np.nan
+                means[0] = _diffuse_mean(measurement, batch.z[0], g.covs[0, 0])
+                continue
+            pred[0] = prior_mean @ PhiT[0] + offset[0]
+            np.matmul(pred[0], C.T, out=ahead[:, d:])
+            ahead[:, d:] += bias
+        else:
+            np.matmul(means[step - 1], forward[step], out=ahead)
+            np.add(ahead[:, :d], offset[step], out=pred[step])
+            ahead[:, d:] += z_shift[step]
+        if not observed[step]:
+            means[step] = pred[step]
+            continue
+        np.subtract(batch.z[step], ahead[:, d:], out=e)
+        np.matmul(e, update[step], out=back)
+        np.add(pred[step], back[:, :d], out=means[step])
+        squares += np.einsum("bi,bi->b", back[:, d:], back[:, d:])
+    counted = observed.copy()
+    counted[0] &= not diffuse  # the diffuse start adds no log-likelihood term
+    constant = np.sum(g.logdet[0][counted]) + k * LOG_2PI * np.count_nonzero(counted)
+    return means, pred, -0.5 * (squares + constant)
+
+
+def _grouped_mean_pass(measurement, batch: _Batch, Phi, offset, g: _Gains, prior_mean):
+    """Means, predictions (T, B, d) and log-likelihood (B,) with per-group gains, step by step."""
+    C, bias = measurement.C, measurement.b
+    T, B, k = batch.z.shape
+    d = C.shape[1]
+    group = batch.group
+    means, pred = np.empty((T, B, d)), np.empty((T, B, d))
+    loglik = np.zeros(B)
+    diffuse = prior_mean is None
+    m = None if diffuse else np.broadcast_to(prior_mean, (B, d))
+    for step in range(T):
+        if step == 0 and diffuse:
+            pred[0] = np.nan
+            m = _diffuse_mean(measurement, batch.z[0], g.covs[0, 0])
+            means[0] = m
+            continue
+        m = np.einsum("bij,bj->bi", Phi[group, step], m) + offset[group, step]
+        pred[step] = m
+        obs = batch.observed[:, step]
+        e = np.where(obs[:, None], batch.z[step] - m @ C.T - bias, 0.0)
+        m = m + np.einsum("bij,bj->bi", g.gains[group, step], e)
+        w = np.einsum("bij,bj->bi", g.whiten[group, step], e)
+        terms = np.sum(w * w, axis=1) + g.logdet[group, step] + k * LOG_2PI
+        loglik -= 0.5 * np.where(obs, terms, 0.0)
+        means[step] = m
+    return means, pred, loglik
 
 
 def _squeezed(result: FilterResult, squeeze: bool) -> FilterResult:
@@ -336,7 +495,8 @@ def rts_smoother(filtered: FilterResult) -> SmootherResult:
 
     Backward pass ``J_k = P_k F_{k+1}^T (P-_{k+1})^-1``, ``m^s_k = m_k + J_k (m^s_{k+1} -
     m-_{k+1})``, ``P^s_k = P_k + J_k (P^s_{k+1} - P-_{k+1}) J_k^T``, with ``F_{k+1}`` the exact
-    transition over the step from k to k+1.
+    transition over the step from k to k+1. The gains are computed for all steps at once; the
+    means' sequential part is one matrix product per step.
 
     Returns
     -------
@@ -351,17 +511,22 @@ def rts_smoother(filtered: FilterResult) -> SmootherResult:
         filtered.transition,
         filtered.group,
     )
-    T = means.shape[1]
-    single = covs.shape[0] == 1
-    s_means, s_covs = means.copy(), covs.copy()
-    for k in range(T - 2, -1, -1):
-        P, F, P_next = covs[:, k], Phi[:, k + 1], pred_covs[:, k + 1]
-        PFt = P @ np.swapaxes(F, 1, 2)
-        J = np.swapaxes(np.linalg.solve(P_next, np.swapaxes(PFt, 1, 2)), 1, 2)  # P_next symmetric
-        gap = s_means[:, k + 1] - pred_means[:, k + 1]
-        if single:
-            s_means[:, k] = means[:, k] + gap @ J[0].T
-        else:
-            s_means[:, k] = means[:, k] + np.einsum("bij,bj->bi", J[group], gap)
-        s_covs[:, k] = _sym(P + J @ (s_covs[:, k + 1] - P_next) @ np.swapaxes(J, 1, 2))
-    return SmootherResult(s_means[0] if squeeze else s_means, s_covs, group)
+    m = np.moveaxis(means, 1, 0)  # (T, B, d)
+    mp = np.moveaxis(pred_means, 1, 0)
+    T = m.shape[0]
+    s_means, s_covs = m.copy(), covs.copy()
+    if T > 1:
+        PFt = covs[:, :-1] @ _T(Phi[:, 1:])
+        J = _T(np.linalg.solve(pred_covs[:, 1:], _T(PFt)))  # (G, T-1, d, d); P- symmetric
+        for step in range(T - 2, -1, -1):
+            Jk = J[:, step]
+            gap = s_means[step + 1] - mp[step + 1]
+            if Jk.shape[0] == 1:
+                s_means[step] = m[step] + gap @ Jk[0].T
+            else:
+                s_means[step] = m[step] + np.einsum("bij,bj->bi", Jk[group], gap)
+            s_covs[:, step] = _sym(
+                covs[:, step] + Jk @ (s_covs[:, step + 1] - pred_covs[:, step + 1]) @ _T(Jk)
+            )
+    out = np.moveaxis(s_means, 0, 1)
+    return SmootherResult(out[0] if squeeze else out, s_covs, group)

@@ -1,0 +1,181 @@
+"""Kalman filter and RTS smoother against the dense joint-Gaussian oracle, pykalman; bad input."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from estimators.kalman import GaussianPrior, kalman_filter, rts_smoother
+from estimators.oracle import dense_filter_smoother
+from sde_sim import LinearMeasurement, LinearSDE, linear_transition, presets, simulate
+from tests.strategies import stable_linear_sdes
+
+
+def _problem(sde: LinearSDE, seed: int, T: int, *, k: int | None = None):
+    """Random measurement model, irregular times, data, mask and a proper prior."""
+    rng = np.random.default_rng(seed)
+    d = sde.dim
+    k = k or int(rng.integers(1, d + 2))
+    C = rng.normal(size=(k, d))
+    L = rng.normal(size=(k, k))
+    meas = LinearMeasurement(
+        C, L @ L.T / k + 0.1 * np.eye(k), b=rng.normal(size=k), delay=float(rng.uniform(0, 0.1))
+    )
+    t = np.cumsum(rng.uniform(0.02, 0.5, size=T))
+    z = rng.normal(size=(T, k))
+    mask = rng.random(T) > 0.25
+    prior = GaussianPrior(rng.normal(size=d), np.diag(rng.uniform(0.5, 3.0, size=d)))
+    return meas, t, z, mask, prior
+
+
+@settings(max_examples=15)
+@given(stable_linear_sdes(), st.integers(0, 2**32 - 1), st.integers(1, 12))
+def test_filter_smoother_and_likelihood_equal_the_dense_oracle(sde, seed, T):
+    meas, t, z, mask, prior = _problem(sde, seed, T)
+    filtered = kalman_filter(sde, meas, z, t, prior=prior, mask=mask)
+    smoothed = rts_smoother(filtered)
+    f_m, f_c, s_m, s_c, loglik = dense_filter_smoother(sde, meas, z, t, prior.mean, prior.cov, mask)
+    scale = max(1.0, np.abs(f_m).max())
+    np.testing.assert_allclose(filtered.means, f_m, atol=1e-9 * scale)
+    np.testing.assert_allclose(filtered.covs[0], f_c, atol=1e-9 * max(1.0, np.abs(f_c).max()))
+    np.testing.assert_allclose(smoothed.means, s_m, atol=1e-9 * scale)
+    np.testing.assert_allclose(smoothed.covs[0], s_c, atol=1e-9 * max(1.0, np.abs(s_c).max()))
+    assert filtered.log_likelihood == pytest.approx(loglik, rel=1e-10, abs=1e-9)
+
+
+def test_groups_of_masks_and_times_equal_separate_runs():
+    sde = presets.get("rotation-3d").scenario().system
+    rng = np.random.default_rng(1)
+    meas = LinearMeasurement(rng.normal(size=(2, 3)), 0.3 * np.eye(2))
+    B, T = 6, 25
+    z = rng.normal(size=(B, T, 2))
+    mask = rng.random((B, T)) > 0.3
+    mask[::2] = mask[0]  # three sequences share a pattern
+    t = np.cumsum(rng.uniform(0.05, 0.3, size=(B, T)), axis=1)
+    t[::2] = t[1] = t[0]
+    prior = GaussianPrior(np.zeros(3), np.eye(3))
+    batched = kalman_filter(sde, meas, z, t, prior=prior, mask=mask)
+    smoothed = rts_smoother(batched)
+    assert batched.covs.shape[0] < B  # shared patterns share their covariances
+    for b in range(B):
+        one = kalman_filter(sde, meas, z[b], t[b], prior=prior, mask=mask[b])
+        np.testing.assert_allclose(batched.means[b], one.means, atol=1e-12)
+        np.testing.assert_allclose(batched.covs[batched.group[b]], one.covs[0], atol=1e-12)
+        assert batched.log_likelihood[b] == pytest.approx(one.log_likelihood, rel=1e-12)
+        np.testing.assert_allclose(smoothed.means[b], rts_smoother(one).means, atol=1e-12)
+
+
+def test_diffuse_prior_is_the_limit_of_wide_priors():
+    # A proper prior N(0, s I) tends to the diffuse start as s grows: the filtered means differ
+    # by O(1/s), and the log-likelihood minus the first measurement's term converges too.
+    sc = presets.get("afa-2d").scenario("b")
+    sim = simulate(sc, 3, seed=2)
+    diffuse = kalman_filter(sc.system, sc.measurement, sim.z, sim.t_obs)
+    gaps = []
+    for s in (1e4, 1e6, 1e8):
+        wide = kalman_filter(
+            sc.system,
+            sc.measurement,
+            sim.z,
+            sim.t_obs,
+            prior=GaussianPrior(np.zeros(2), s * np.eye(2)),
+        )
+        gaps.append(np.abs(wide.means - diffuse.means).max())
+        first = -0.5 * (
+            np.sum(sim.z[:, 0] ** 2, axis=1) / (s + 0.5) + 2 * np.log(2 * np.pi * (s + 0.5))
+        )
+        rest = wide.log_likelihood - first
+    assert gaps[0] > gaps[1] > gaps[2] and gaps[2] < 1e-6
+    np.testing.assert_allclose(rest, diffuse.log_likelihood, atol=1e-5)
+
+
+def test_agrees_with_pykalman():
+    pykalman = pytest.importorskip("pykalman")
+    sc = presets.get("rfa-ensemble-2d").scenario()
+    sim = simulate(sc, 1, seed=3)
+    t = np.arange(60) * 0.1
+    z = sim.z[0, :60]
+    maps = linear_transition(sc.system, 0.1)
+    prior = GaussianPrior(np.array([5.0, 0.0]), 0.5 * np.eye(2))
+    ours = kalman_filter(sc.system, sc.measurement, z, t, prior=prior)
+    peer = pykalman.KalmanFilter(
+        transition_matrices=maps.Phi[0],
+        transition_offsets=maps.offset[0],
+        transition_covariance=maps.Qd[0],
+        observation_matrices=sc.measurement.C,
+        observation_offsets=sc.measurement.b,
+        observation_covariance=sc.measurement.R,
+        initial_state_mean=prior.mean,
+        initial_state_covariance=prior.cov,
+    )
+    means, covs = peer.filter(z)
+    np.testing.assert_allclose(ours.means, means, atol=1e-10)
+    np.testing.assert_allclose(ours.covs[0], covs, atol=1e-10)
+    assert ours.log_likelihood == pytest.approx(peer.loglikelihood(z), rel=1e-10)
+    smoothed, _ = peer.smooth(z)
+    np.testing.assert_allclose(rts_smoother(ours).means, smoothed, atol=1e-10)
+
+
+def test_long_sequences_stay_finite():
+    sde = presets.get("ou").scenario().system
+    meas = LinearMeasurement.identity(4, 0.1)
+    T = 20_000
+    z = np.random.default_rng(4).normal(size=(2, T, 4))
+    out = kalman_filter(sde, meas, z, np.arange(T) * 0.1, mask=np.ones((2, T), dtype=bool))
+    assert np.all(np.isfinite(out.means)) and np.all(np.isfinite(out.log_likelihood))
+
+
+SDE2 = LinearSDE(np.array([[-0.3, -2.0], [1.5, -0.1]]), 0.5 * np.eye(2))
+MEAS2 = LinearMeasurement.identity(2, 0.2)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "pattern"),
+    [
+        ({"z": np.zeros((5, 3))}, r"z must have shape \(B, T, 2\) or \(T, 2\)"),
+        ({"t": np.arange(4.0)}, r"t must have shape \(5,\) or \(1, 5\)"),
+        ({"t": np.array([0, 1, 1, 2, 3.0])}, "t must be strictly increasing"),
+        ({"z": np.full((5, 2), np.nan)}, "NaN or infinite entries at observed measurements"),
+        ({"mask": np.ones(5)}, "mask must be boolean"),
+        ({"mask": np.ones(4, dtype=bool)}, r"mask must have shape \(5,\)"),
+        (
+            {"prior": GaussianPrior(np.zeros(2), -np.eye(2))},
+            "prior.cov must be positive semidefinite",
+        ),
+        (
+            {"mask": np.array([False, True, True, True, True])},
+            "a diffuse prior needs the first measurement",
+        ),
+        (
+            {"measurement": LinearMeasurement(np.ones((1, 2)), np.eye(1))},
+            "a diffuse prior needs C with full column rank 2",
+        ),
+        ({"measurement": LinearMeasurement.identity(3, 1.0)}, "measurement.C has 3 columns"),
+    ],
+)
+def test_bad_input(kwargs, pattern):
+    args = {"sde": SDE2, "measurement": MEAS2, "z": np.zeros((5, 2)), "t": np.arange(5.0)}
+    args.update(kwargs)
+    if args["measurement"].out_dim != 2 and "z" not in kwargs:
+        args["z"] = np.zeros((5, args["measurement"].out_dim))
+    with pytest.raises((ValueError, TypeError), match=pattern):
+        kalman_filter(
+            args.pop("sde"), args.pop("measurement"), args.pop("z"), args.pop("t"), **args
+        )
+
+
+def test_prior_time_propagates_the_prior_to_the_first_measurement():
+    sde = SDE2
+    t = np.array([0.7, 1.0, 1.6])
+    z = np.random.default_rng(5).normal(size=(3, 2))
+    m0, P0 = np.array([1.0, -2.0]), np.diag([0.5, 2.0])
+    maps = linear_transition(sde, 0.7)
+    moved = GaussianPrior(maps.Phi[0] @ m0 + maps.offset[0],
+                          maps.Phi[0] @ P0 @ maps.Phi[0].T + maps.Qd[0])
+    at_zero = kalman_filter(sde, MEAS2, z, t, prior=GaussianPrior(m0, P0, time=0.0))
+    explicit = kalman_filter(sde, MEAS2, z, t, prior=moved)
+    np.testing.assert_allclose(at_zero.means, explicit.means, atol=1e-13)
+    np.testing.assert_allclose(at_zero.covs, explicit.covs, atol=1e-13)
+    assert at_zero.log_likelihood == pytest.approx(explicit.log_likelihood, rel=1e-13)
+    with pytest.raises(ValueError, match="prior.time"):
+        kalman_filter(sde, MEAS2, z, t, prior=GaussianPrior(m0, P0, time=1.0))
