@@ -170,8 +170,9 @@ def test_prior_time_propagates_the_prior_to_the_first_measurement():
     z = np.random.default_rng(5).normal(size=(3, 2))
     m0, P0 = np.array([1.0, -2.0]), np.diag([0.5, 2.0])
     maps = linear_transition(sde, 0.7)
-    moved = GaussianPrior(maps.Phi[0] @ m0 + maps.offset[0],
-                          maps.Phi[0] @ P0 @ maps.Phi[0].T + maps.Qd[0])
+    moved = GaussianPrior(
+        maps.Phi[0] @ m0 + maps.offset[0], maps.Phi[0] @ P0 @ maps.Phi[0].T + maps.Qd[0]
+    )
     at_zero = kalman_filter(sde, MEAS2, z, t, prior=GaussianPrior(m0, P0, time=0.0))
     explicit = kalman_filter(sde, MEAS2, z, t, prior=moved)
     np.testing.assert_allclose(at_zero.means, explicit.means, atol=1e-13)

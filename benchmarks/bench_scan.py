@@ -1,0 +1,125 @@
+"""KLA's information filter: sequential against parallel prefix scans, side by side in one run.
+
+Workload: `estimators.scan.kla_filter` in float64 on B sequences of D channels with T tokens
+(default B = 8, D = 16, T = 10^3, 10^4, 10^5): random keys, value precisions (10% of tokens
+missing) and values, an OU prior per channel (eq. (8), dt = 0.1). Every contestant computes the
+same posterior (precisions, information means, means and variances) end to end, input
+validation included; only the grouping of the work differs:
+
+recursion
+    the direct information-filter step (eqs. (18)-(19)) token by token: T numpy steps over
+    (B, D), the streaming form.
+sequential
+    the sequential scan: a left fold of the Moebius and affine combine operators (depth T - 1).
+hillis-steele
+    the parallel doubling scan: ceil(log2 T) levels, O(T log T) combines.
+blelloch
+    the work-efficient parallel scan: 2 log2 n + 1 levels (n = T rounded up to a power of two),
+    O(T) combines.
+
+Metric: the best (minimum) wall time of ``--repeats`` calls; repeats are interleaved (each round
+runs every contestant once, in a rotating order) so that machine noise hits all alike. Ratio:
+``sequential scan time / contestant time`` (above 1: faster than the sequential scan). Each row
+also shows the scan's depth (levels of dependent combines) and work (combines per channel), and
+the largest relative difference of its precisions from the recursion's.
+
+On a CPU the parallel scans do not win by parallelism (numpy runs each level on one core); they
+win, when they do, by replacing T small numpy calls over B * D numbers with O(log T) large ones.
+The depth column is what a GPU's parallel time scales with.
+
+Run::
+
+    python benchmarks/bench_scan.py            # T = 1e3, 1e4, 1e5, B = 8, D = 16, 3 repeats
+    python benchmarks/bench_scan.py --quick    # smoke run: T = 100, 1000, B = 2, D = 4, 1 repeat
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import time
+
+import numpy as np
+
+from estimators.closed_forms import kla
+from estimators.scan import FILTER_METHODS, kla_filter
+
+BASELINE = "sequential"
+
+
+def make_problem(B: int, T: int, D: int, seed: int):
+    """Keys, value precisions (10% missing), values and the OU prior of D channels."""
+    rng = np.random.default_rng(seed)
+    a = np.exp(rng.uniform(np.log(0.1), np.log(2.0), D))
+    p = rng.uniform(0.1, 2.0, D)
+    a_bar, p_bar = kla.ou_discretisation(a, p, 0.1)
+    k = rng.uniform(-1.5, 1.5, (B, T, D))
+    lam_v = np.exp(rng.uniform(np.log(0.1), np.log(5.0), (B, T, D)))
+    lam_v[rng.random((B, T, D)) < 0.1] = 0.0
+    v = 2.0 * rng.standard_normal((B, T, D))
+    return (k, lam_v, v, a_bar, p_bar)
+
+
+def time_round(problem, methods, repeats: int):
+    """Best wall time per method over interleaved, rotating repeats; last outputs kept."""
+    times = {m: [] for m in methods}
+    outputs = {}
+    for r in range(repeats):
+        order = methods[r % len(methods) :] + methods[: r % len(methods)]
+        for m in order:
+            start = time.perf_counter()
+            outputs[m] = kla_filter(*problem, method=m)
+            times[m].append(time.perf_counter() - start)
+    return {m: min(ts) for m, ts in times.items()}, outputs
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smoke run (a few seconds)")
+    parser.add_argument("--lengths", type=int, nargs="+", help="sequence lengths T")
+    parser.add_argument("--batch", type=int, help="sequences B (default 8; quick 2)")
+    parser.add_argument("--channels", type=int, help="channels D (default 16; quick 4)")
+    parser.add_argument("--repeats", type=int, help="timed calls per method (default 3; quick 1)")
+    args = parser.parse_args(argv)
+    lengths = args.lengths or ([100, 1000] if args.quick else [1000, 10_000, 100_000])
+    B = args.batch or (2 if args.quick else 8)
+    D = args.channels or (4 if args.quick else 16)
+    repeats = args.repeats or (1 if args.quick else 3)
+    if min(lengths) < 1 or B < 1 or D < 1 or repeats < 1:
+        parser.error("lengths, --batch, --channels and --repeats must be >= 1")
+    methods = list(FILTER_METHODS)
+
+    print(
+        f"bench_scan {datetime.date.today()}; {platform.platform()}, {os.cpu_count()} CPUs; "
+        f"Python {platform.python_version()}, numpy {np.__version__}; float64; "
+        f"B = {B}, D = {D}, best of {repeats} interleaved repeats"
+    )
+    header = (
+        f"{'T':>8}  {'method':<14} {'best s':>9}  {'vs sequential scan':>19}  "
+        f"{'depth':>7}  {'combines':>9}  {'max rel diff lam':>16}"
+    )
+    print(header)
+    print("-" * len(header))
+    for T in lengths:
+        problem = make_problem(B, T, D, seed=T)
+        kla_filter(*make_problem(1, min(T, 64), D, seed=0), method="blelloch")  # warm-up
+        best, outputs = time_round(problem, methods, repeats)
+        ref = outputs["recursion"].precision
+        for m in methods:
+            out = outputs[m]
+            diff = float(np.max(np.abs(out.precision / ref - 1.0)))
+            ratio = best[BASELINE] / best[m]
+            word = "(baseline)" if m == BASELINE else f"{ratio:.2f}x faster"
+            if m != BASELINE and ratio < 1:
+                word = f"{1 / ratio:.2f}x slower"
+            print(
+                f"{T:>8}  {m:<14} {best[m]:>9.4f}  {word:>19}  {out.stats.depth:>7}  "
+                f"{out.stats.combines:>9}  {diff:>16.1e}"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
