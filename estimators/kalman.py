@@ -77,13 +77,22 @@ class SmootherResult(NamedTuple):
 
 
 class _Batch(NamedTuple):
-    z: np.ndarray  # (T, B, k) time-major, zeros where missing
+    z: np.ndarray  # (B, T, k) as given (finite wherever observed)
     observed: np.ndarray  # (B, T) bool
     times: np.ndarray  # (B, T) state times
-    group: np.ndarray  # (B,)
-    group_times: np.ndarray  # (G, T)
+    group: np.ndarray  # (B,) covariance group of each sequence
     group_observed: np.ndarray  # (G, T)
+    time_group: np.ndarray  # (G,) time grid of each group
+    grid_times: np.ndarray  # (Gt, T) distinct time grids
     squeeze: bool
+
+
+def _unique_rows(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(first index, inverse) of the distinct rows of a 2-D float array."""
+    key = np.ascontiguousarray(key)
+    rows = key.view(np.dtype((np.void, key.dtype.itemsize * key.shape[1]))).ravel()
+    _, first, inverse = np.unique(rows, return_index=True, return_inverse=True)
+    return first, inverse.ravel()
 
 
 def _prepare(sde, measurement, z, t, mask) -> _Batch:
@@ -120,9 +129,9 @@ def _prepare(sde, measurement, z, t, mask) -> _Batch:
                 f"mask must have shape {(B, T)[int(squeeze) :]} (one flag per "
                 f"measurement vector), got {np.shape(mask)}"
             )
-    finite = np.all(np.isfinite(z), axis=2)
-    if np.any(observed & ~finite):
-        b, k = np.argwhere(observed & ~finite)[0]
+    bad = observed & ~np.isfinite(z).all(axis=2)
+    if np.any(bad):
+        b, k = np.argwhere(bad)[0]
         raise ValueError(
             f"z has NaN or infinite entries at observed measurements (first: "
             f"sequence {b}, step {k}); mark missing ones with mask"
@@ -138,24 +147,28 @@ def _prepare(sde, measurement, z, t, mask) -> _Batch:
         raise ValueError("t must be strictly increasing along each sequence")
     times = t + measurement.delay
 
-    # Time-major copy of the data (steps on the outer axis), zero where missing.
-    zt = np.moveaxis(z, 1, 0).copy()
-    zt[~observed.T] = 0.0
-    if shared_times and np.all(observed == observed[0]):
-        group = np.zeros(B, dtype=np.int64)
-        group_times, group_observed = times[:1], observed[:1]
+    # Groups share covariances: same time grid and same missing pattern.
+    if shared_times:
+        grid_times = times[:1]
+        if np.all(observed == observed[0]):
+            group, group_observed = np.zeros(B, dtype=np.int64), observed[:1]
+        else:
+            first, group = _unique_rows(observed.astype(float))
+            group_observed = observed[first]
+        time_group = np.zeros(group_observed.shape[0], dtype=np.int64)
     else:
-        key = np.ascontiguousarray(np.concatenate([times, observed.astype(float)], axis=1))
-        rows = key.view(np.dtype((np.void, key.dtype.itemsize * key.shape[1]))).ravel()
-        _, first, group = np.unique(rows, return_index=True, return_inverse=True)
-        group_times, group_observed = times[first], observed[first]
+        first, group = _unique_rows(np.concatenate([times, observed.astype(float)], axis=1))
+        group_observed = observed[first]
+        grid_first, time_group = _unique_rows(times[first])
+        grid_times = times[first][grid_first]
     return _Batch(
-        zt,
+        z,
         observed,
         np.ascontiguousarray(times),
-        group.ravel(),
-        group_times,
+        group,
         group_observed,
+        time_group,
+        grid_times,
         squeeze,
     )
 
@@ -175,25 +188,25 @@ def _step_classes(steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return sizes, classes
 
 
-def _transitions(sde: LinearSDE, group_times: np.ndarray, prior_time: float | None):
-    """Exact step maps per group and step: Phi, Qd (G, T, d, d) and offset (G, T, d).
+def _transitions(sde: LinearSDE, grid_times: np.ndarray, prior_time: float | None):
+    """Exact step maps per time grid and step: Phi, Qd (Gt, T, d, d) and offset (Gt, T, d).
 
     Step 0 maps the prior from `prior_time` to the first state time (the identity when None).
     """
-    G, T = group_times.shape
+    Gt, T = grid_times.shape
     d = sde.dim
     if prior_time is None:
-        start, steps = 1, np.diff(group_times, axis=1)
+        start, steps = 1, np.diff(grid_times, axis=1)
     else:
-        if np.any(group_times[:, 0] < prior_time):
+        if np.any(grid_times[:, 0] < prior_time):
             raise ValueError(
                 f"prior.time ({prior_time:g}) must not be after the first state "
-                f"time ({group_times[:, 0].min():g})"
+                f"time ({grid_times[:, 0].min():g})"
             )
-        start, steps = 0, np.diff(group_times, axis=1, prepend=prior_time)
-    Phi = np.broadcast_to(np.eye(d), (G, T, d, d)).copy()
-    offset = np.zeros((G, T, d))
-    Qd = np.zeros((G, T, d, d))
+        start, steps = 0, np.diff(grid_times, axis=1, prepend=prior_time)
+    Phi = np.broadcast_to(np.eye(d), (Gt, T, d, d)).copy()
+    offset = np.zeros((Gt, T, d))
+    Qd = np.zeros((Gt, T, d, d))
     if steps.size:
         sizes, classes = _step_classes(steps)
         maps = linear_transition(sde, sizes)
@@ -226,87 +239,20 @@ def _T(M: np.ndarray) -> np.ndarray:
     return np.swapaxes(M, -1, -2)
 
 
-class _Gains(NamedTuple):
-    """Data-independent part of the filter, per group and step."""
+def _update_covariance(P: np.ndarray, C: np.ndarray, R: np.ndarray):
+    """Measurement update of covariances P (n, d, d).
 
-    pred_covs: np.ndarray  # (G, T, d, d)
-    covs: np.ndarray  # (G, T, d, d)
-    gains: np.ndarray  # (G, T, d, k), zero where nothing is observed
-    whiten: np.ndarray  # (G, T, k, k) L^-1 with L L^T = S, zero where nothing is observed
-    logdet: np.ndarray  # (G, T) log det S
-
-
-# The covariance recursion is stopped once its map is fixed (same step size and observation
-# from there on) and one step changes the covariance by at most this much, relative: further
-# steps would only repeat it to round-off.
-_STEADY_RTOL = 1e-14
-
-
-def _fixed_from(batch: _Batch) -> int:
-    """First step after which every group's step size and observation flag stay the same."""
-    times, observed = batch.group_times, batch.group_observed
-    T = times.shape[1]
-    changes = np.any(observed != observed[:, -1:], axis=0)
-    if T > 2:
-        classes = _step_classes(np.diff(times, axis=1))[1]
-        changes[1:-1] |= np.any(classes[:, :-1] != classes[:, -1:], axis=0)
-    changed = np.flatnonzero(changes)
-    return int(changed[-1]) + 1 if changed.size else 1
-
-
-def _covariance_pass(measurement, batch: _Batch, Phi, Qd, prior_cov) -> _Gains:
-    """Predicted and filtered covariances, gains and innovation whitening for every group.
-
-    Predict ``P- = F P F^T + Q_d``; update ``S = C P- C^T + R``, ``K = P- C^T S^-1``,
-    ``P = (I - K C) P- (I - K C)^T + K R K^T`` (Joseph form: symmetric and PSD in floating
-    point). With a diffuse prior, step 0 sets ``P = (C^T R^-1 C)^-1``. Once the recursion has
-    reached its steady state (see `_STEADY_RTOL`) the remaining steps are copies.
+    ``S = C P C^T + R = L L^T``, ``K = P C^T S^-1``, ``P+ = (I - K C) P (I - K C)^T + K R K^T``
+    (Joseph form: symmetric and PSD in floating point). Returns ``(P+, K, L^-1, log det S)``.
     """
-    C, R = measurement.C, measurement.R
-    G, T = batch.group_times.shape
-    d, k = C.shape[1], C.shape[0]
-    pred_covs, covs = np.empty((G, T, d, d)), np.empty((G, T, d, d))
-    gains, whiten, logdet = np.zeros((G, T, d, k)), np.zeros((G, T, k, k)), np.zeros((G, T))
-    P = None if prior_cov is None else np.broadcast_to(prior_cov, (G, d, d)).copy()
-    fixed_from = _fixed_from(batch)
-    for step in range(T):
-        if P is not None:  # at step 0 this carries a proper prior to the first state time
-            F = Phi[:, step]
-            P = _sym(F @ P @ _T(F) + Qd[:, step])
-        else:  # diffuse prior: the first measurement alone fixes the state
-            pred_covs[:, 0] = np.nan
-            P = np.broadcast_to(_diffuse_covariance(measurement), (G, d, d)).copy()
-            covs[:, 0] = P
-            continue
-        pred_covs[:, step] = P
-        obs = batch.group_observed[:, step]
-        if np.any(obs):
-            Pg = P[obs]
-            S = _sym(C @ Pg @ C.T + R)
-            L = np.linalg.cholesky(S)
-            K = _T(np.linalg.solve(S, C @ Pg))  # P- C^T S^-1 (S and P- symmetric)
-            IKC = np.eye(d) - K @ C
-            P = P.copy()
-            P[obs] = _sym(IKC @ Pg @ _T(IKC) + K @ R @ _T(K))
-            gains[obs, step] = K
-            whiten[obs, step] = np.linalg.inv(L)
-            logdet[obs, step] = 2.0 * np.sum(np.log(np.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
-        covs[:, step] = P
-        if step > fixed_from and _steady(covs, pred_covs, step):
-            rest = slice(step + 1, T)
-            for arr in (pred_covs, covs, gains, whiten, logdet):
-                arr[:, rest] = arr[:, step : step + 1]
-            break
-    return _Gains(pred_covs, covs, gains, whiten, logdet)
-
-
-def _steady(covs, pred_covs, step: int) -> bool:
-    def close(a, b):
-        return np.all(np.abs(a - b) <= _STEADY_RTOL * np.abs(b).max(axis=(-2, -1), keepdims=True))
-
-    return close(covs[:, step], covs[:, step - 1]) and close(
-        pred_covs[:, step], pred_covs[:, step - 1]
-    )
+    d = P.shape[-1]
+    S = _sym(C @ P @ C.T + R)
+    L = np.linalg.cholesky(S)
+    K = _T(np.linalg.solve(S, C @ P))  # P C^T S^-1 (S and P symmetric)
+    IKC = np.eye(d) - K @ C
+    P_new = _sym(IKC @ P @ _T(IKC) + K @ R @ _T(K))
+    logdet = 2.0 * np.sum(np.log(np.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
+    return P_new, K, np.linalg.inv(L), logdet
 
 
 def _diffuse_covariance(measurement) -> np.ndarray:
@@ -330,6 +276,11 @@ def _diffuse_covariance(measurement) -> np.ndarray:
     return _sym(np.linalg.inv(W.T @ W))
 
 
+def _diffuse_mean(measurement, z0: np.ndarray, P0: np.ndarray) -> np.ndarray:
+    """``m_0 = P0 C^T R^-1 (z_0 - b)`` for z0 (B, k): the diffuse start's mean."""
+    return (z0 - measurement.b) @ np.linalg.solve(measurement.R, measurement.C @ P0)
+
+
 def kalman_filter(
     sde: LinearSDE,
     measurement: LinearMeasurement,
@@ -346,10 +297,10 @@ def kalman_filter(
     (I - K C)^T + K R K^T`` (Joseph form); ``log p(z_k | z_<k) = -1/2 (e^T S^-1 e + log det S +
     k log 2 pi)`` with ``e = z - C m- - b``.
 
-    Two passes: the covariances and gains, which do not depend on the data, once per group;
-    then the means of all sequences, ``m_k = (I - K_k C) F_k m_{k-1} + (I - K_k C) c_k + K_k
-    (z_k - b)``, whose sequential part is one matrix product per step; predictions,
-    innovations and the log-likelihood are then evaluated for all steps at once.
+    When all sequences share the time grid and the missing pattern, the covariances and gains
+    (which do not depend on the data) are computed once, stopping at the steady state, and
+    each step of the means is two matrix products on (B, .) arrays. Otherwise covariances are
+    kept per group of sequences that share both, and each step updates all groups at once.
 
     Parameters
     ----------
@@ -357,7 +308,7 @@ def kalman_filter(
     z : (B, T, k) or (T, k) measurements; entries of missing ones are ignored.
     t : (T,) shared or (B, T) per-sequence measurement times, strictly increasing; the states are
         estimated at ``t + measurement.delay``.
-    prior : state prior at the first time; ``None`` or ``cov=None`` is diffuse.
+    prior : state prior (see `GaussianPrior`); ``None`` or ``cov=None`` is diffuse.
     mask : (B, T) or (T,) bool, True where the measurement is observed; default all observed.
 
     Returns
@@ -372,33 +323,100 @@ def kalman_filter(
             "a diffuse prior needs the first measurement of every sequence "
             "observed (mask[:, 0] all True): give a proper prior instead"
         )
-    Phi, offset, Qd = _transitions(sde, batch.group_times, prior_time)
-    g = _covariance_pass(measurement, batch, Phi, Qd, prior_cov)
-    if Phi.shape[0] == 1:
-        means, pred, loglik = _shared_mean_pass(
-            measurement, batch, Phi[0], offset[0], g, prior_mean
-        )
+    Phi, offset, Qd = _transitions(sde, batch.grid_times, prior_time)
+    G, T = batch.group_observed.shape
+    if G == 1:
+        g = _shared_covariances(measurement, batch, Phi[0], Qd[0], prior_cov)
+        means, pred, loglik = _shared_means(measurement, batch, Phi[0], offset[0], g, prior_mean)
+        covs, pred_covs = g.covs[None], g.pred_covs[None]
     else:
-        means, pred, loglik = _grouped_mean_pass(measurement, batch, Phi, offset, g, prior_mean)
+        means, pred, loglik, covs, pred_covs = _grouped_filter(
+            measurement, batch, Phi, offset, Qd, prior_mean, prior_cov
+        )
+    if Phi.shape[0] == 1:
+        transition = np.broadcast_to(Phi, (G, *Phi.shape[1:]))
+    else:
+        transition = Phi[batch.time_group]
     result = FilterResult(
         np.moveaxis(means, 0, 1),
-        g.covs,
+        covs,
         np.moveaxis(pred, 0, 1),
-        g.pred_covs,
+        pred_covs,
         loglik,
         batch.group,
         batch.times,
-        Phi,
+        transition,
     )
     return _squeezed(result, batch.squeeze)
 
 
-def _diffuse_mean(measurement, z0: np.ndarray, P0: np.ndarray) -> np.ndarray:
-    """``m_0 = P0 C^T R^-1 (z_0 - b)`` for z0 (B, k): the diffuse start's mean."""
-    return (z0 - measurement.b) @ np.linalg.solve(measurement.R, measurement.C @ P0)
+class _Gains(NamedTuple):
+    """Data-independent part of the filter for one group: per step."""
+
+    pred_covs: np.ndarray  # (T, d, d)
+    covs: np.ndarray  # (T, d, d)
+    gains: np.ndarray  # (T, d, k), zero where nothing is observed
+    whiten: np.ndarray  # (T, k, k) L^-1 with L L^T = S, zero where nothing is observed
+    logdet: np.ndarray  # (T,) log det S
 
 
-def _shared_mean_pass(measurement, batch: _Batch, Phi, offset, g: _Gains, prior_mean):
+# The covariance recursion is stopped once its map is fixed (same step size and observation
+# from there on) and one step changes the covariance by at most this much, relative: further
+# steps would only repeat it to round-off.
+_STEADY_RTOL = 1e-14
+
+
+def _fixed_from(times: np.ndarray, observed: np.ndarray) -> int:
+    """First step after which the step size and the observation flag stay the same; (T,) inputs."""
+    T = times.size
+    changes = observed != observed[-1]
+    if T > 2:
+        classes = _step_classes(np.diff(times))[1]
+        changes[1:-1] |= classes[:-1] != classes[-1]
+    changed = np.flatnonzero(changes)
+    return int(changed[-1]) + 1 if changed.size else 1
+
+
+def _close(a: np.ndarray, b: np.ndarray) -> bool:
+    return bool(np.all(np.abs(a - b) <= _STEADY_RTOL * np.abs(b).max()))
+
+
+def _shared_covariances(measurement, batch: _Batch, Phi, Qd, prior_cov) -> _Gains:
+    """Covariances, gains and innovation whitening of the single group, until steady state.
+
+    With a diffuse prior, step 0 sets ``P = (C^T R^-1 C)^-1``. Once the recursion has reached
+    its steady state (see `_STEADY_RTOL`) the remaining steps are copies.
+    """
+    C, R = measurement.C, measurement.R
+    T = Phi.shape[0]
+    d, k = C.shape[1], C.shape[0]
+    pred_covs, covs = np.empty((T, d, d)), np.empty((T, d, d))
+    gains, whiten, logdet = np.zeros((T, d, k)), np.zeros((T, k, k)), np.zeros(T)
+    observed = batch.group_observed[0]
+    fixed_from = _fixed_from(batch.grid_times[0], observed)
+    P = prior_cov
+    for step in range(T):
+        if P is None:  # diffuse prior: the first measurement alone fixes the state
+            pred_covs[0] = np.nan
+            P = covs[0] = _diffuse_covariance(measurement)
+            continue
+        F = Phi[step]  # at step 0 this carries a proper prior to the first state time
+        P = pred_covs[step] = _sym(F @ P @ F.T + Qd[step])
+        if observed[step]:
+            P, gains[step], whiten[step], logdet[step] = _update_covariance(P, C, R)
+        covs[step] = P
+        if (
+            step > fixed_from
+            and _close(covs[step], covs[step - 1])
+            and _close(pred_covs[step], pred_covs[step - 1])
+        ):
+            for arr in (pred_covs, covs, gains, whiten, logdet):
+                arr[step + 1 :] = arr[step]
+            break
+    return _Gains(pred_covs, covs, gains, whiten, logdet)
+
+
+def _shared_means(measurement, batch: _Batch, Phi, offset, g: _Gains, prior_mean):
     """Means, predictions (T, B, d) and log-likelihood (B,) when all sequences share one group.
 
     All sequences share the gains and the observation pattern, so each step is two matrix
@@ -408,70 +426,95 @@ def _shared_mean_pass(measurement, batch: _Batch, Phi, offset, g: _Gains, prior_
     ``w = e L^-T`` (``L L^T = S``), whose squares accumulate into the log-likelihood.
     """
     C, bias = measurement.C, measurement.b
-    T, B, k = batch.z.shape
+    z = batch.z
+    B, T, k = z.shape
     d = C.shape[1]
     observed = batch.group_observed[0]
     PhiT = _T(Phi)
     forward = np.concatenate([PhiT, PhiT @ C.T], axis=2)  # (T, d, d + k)
-    update = np.concatenate([_T(g.gains[0]), _T(g.whiten[0])], axis=2)  # (T, k, d + k)
+    update = np.concatenate([_T(g.gains), _T(g.whiten)], axis=2)  # (T, k, d + k)
+    drift = bool(np.any(offset))
     z_shift = bias + offset @ C.T  # (T, k): b + c C^T
+    shift = bool(np.any(z_shift))
     means, pred = np.empty((T, B, d)), np.empty((T, B, d))
     ahead, back = np.empty((B, d + k)), np.empty((B, d + k))
     e = np.empty((B, k))
     squares = np.zeros(B)
     diffuse = prior_mean is None
     for step in range(T):
+        if step == 0 and diffuse:
+            pred[0] = np.nan
+            means[0] = _diffuse_mean(measurement, z[:, 0], g.covs[0])
+            continue
         if step == 0:
-            if diffuse:
-                pred[0] = np.nan
-                means[0] = _diffuse_mean(measurement, batch.z[0], g.covs[0, 0])
-                continue
-            pred[0] = prior_mean @ PhiT[0] + offset[0]
-            np.matmul(pred[0], C.T, out=ahead[:, d:])
-            ahead[:, d:] += bias
+            np.matmul(np.broadcast_to(prior_mean, (B, d)), forward[0], out=ahead)
         else:
             np.matmul(means[step - 1], forward[step], out=ahead)
+        if drift:
             np.add(ahead[:, :d], offset[step], out=pred[step])
-            ahead[:, d:] += z_shift[step]
+        else:
+            pred[step] = ahead[:, :d]
         if not observed[step]:
             means[step] = pred[step]
             continue
-        np.subtract(batch.z[step], ahead[:, d:], out=e)
+        np.subtract(z[:, step], ahead[:, d:], out=e)
+        if shift:
+            e -= z_shift[step]
         np.matmul(e, update[step], out=back)
         np.add(pred[step], back[:, :d], out=means[step])
         squares += np.einsum("bi,bi->b", back[:, d:], back[:, d:])
     counted = observed.copy()
     counted[0] &= not diffuse  # the diffuse start adds no log-likelihood term
-    constant = np.sum(g.logdet[0][counted]) + k * LOG_2PI * np.count_nonzero(counted)
+    constant = np.sum(g.logdet[counted]) + k * LOG_2PI * np.count_nonzero(counted)
     return means, pred, -0.5 * (squares + constant)
 
 
-def _grouped_mean_pass(measurement, batch: _Batch, Phi, offset, g: _Gains, prior_mean):
-    """Means, predictions (T, B, d) and log-likelihood (B,) with per-group gains, step by step."""
-    C, bias = measurement.C, measurement.b
-    T, B, k = batch.z.shape
-    d = C.shape[1]
-    group = batch.group
+def _grouped_filter(measurement, batch: _Batch, Phi, offset, Qd, prior_mean, prior_cov):
+    """Filter with covariances per group (G > 1), all groups and sequences updated per step.
+
+    Returns means, predictions (T, B, d), log-likelihood (B,), covs and pred_covs (G, T, d, d).
+    """
+    C, R, bias = measurement.C, measurement.R, measurement.b
+    z, observed, group = batch.z, batch.observed, batch.group
+    B, T, k = z.shape
+    G, d = batch.group_observed.shape[0], C.shape[1]
+    shared_grid = Phi.shape[0] == 1
+    seq_grid = batch.time_group[group]  # (B,) time grid of each sequence
     means, pred = np.empty((T, B, d)), np.empty((T, B, d))
+    covs, pred_covs = np.empty((G, T, d, d)), np.empty((G, T, d, d))
     loglik = np.zeros(B)
-    diffuse = prior_mean is None
-    m = None if diffuse else np.broadcast_to(prior_mean, (B, d))
-    for step in range(T):
-        if step == 0 and diffuse:
-            pred[0] = np.nan
-            m = _diffuse_mean(measurement, batch.z[0], g.covs[0, 0])
-            means[0] = m
-            continue
-        m = np.einsum("bij,bj->bi", Phi[group, step], m) + offset[group, step]
-        pred[step] = m
-        obs = batch.observed[:, step]
-        e = np.where(obs[:, None], batch.z[step] - m @ C.T - bias, 0.0)
-        m = m + np.einsum("bij,bj->bi", g.gains[group, step], e)
-        w = np.einsum("bij,bj->bi", g.whiten[group, step], e)
-        terms = np.sum(w * w, axis=1) + g.logdet[group, step] + k * LOG_2PI
-        loglik -= 0.5 * np.where(obs, terms, 0.0)
-        means[step] = m
-    return means, pred, loglik
+    if prior_cov is None:
+        P = np.broadcast_to(_diffuse_covariance(measurement), (G, d, d)).copy()
+        m = _diffuse_mean(measurement, z[:, 0], P[0])
+        pred[0], pred_covs[:, 0], means[0], covs[:, 0] = np.nan, np.nan, m, P
+        first = 1
+    else:
+        P = np.broadcast_to(prior_cov, (G, d, d)).copy()
+        m = np.broadcast_to(prior_mean, (B, d))
+        first = 0
+    for step in range(first, T):
+        if shared_grid:
+            F = Phi[0, step]
+            P = _sym(F @ P @ F.T + Qd[0, step])
+            m = m @ F.T + offset[0, step]
+        else:
+            F = Phi[batch.time_group, step]
+            P = _sym(F @ P @ _T(F) + Qd[batch.time_group, step])
+            m = np.einsum("bij,bj->bi", Phi[seq_grid, step], m) + offset[seq_grid, step]
+        pred[step], pred_covs[:, step] = m, P
+        upd = batch.group_observed[:, step]
+        if np.any(upd):
+            P = P.copy()
+            P[upd], K, Linv, logdet = _update_covariance(P[upd], C, R)
+            rows = observed[:, step]
+            slot = (np.cumsum(upd) - 1)[group[rows]]  # row of each sequence in K, Linv
+            e = z[rows, step] - m[rows] @ C.T - bias
+            m = m.copy()
+            m[rows] += np.einsum("bij,bj->bi", K[slot], e)
+            w = np.einsum("bij,bj->bi", Linv[slot], e)
+            loglik[rows] -= 0.5 * (np.einsum("bi,bi->b", w, w) + logdet[slot] + k * LOG_2PI)
+        means[step], covs[:, step] = m, P
+    return means, pred, loglik, covs, pred_covs
 
 
 def _squeezed(result: FilterResult, squeeze: bool) -> FilterResult:

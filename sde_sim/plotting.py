@@ -9,6 +9,7 @@ from sde_sim.scenario import Simulation
 
 LATENT_COLOR = "black"
 MEASURED_COLOR = "tab:red"
+MAX_DOTS = 150
 
 
 def plot_simulation(sim: Simulation, *, max_paths: int = 3, title: str | None = None) -> Figure:
@@ -19,6 +20,9 @@ def plot_simulation(sim: Simulation, *, max_paths: int = 3, title: str | None = 
     """
     d, k = sim.x.shape[-1], sim.z.shape[-1]
     n = min(max_paths, sim.x.shape[0])
+    # Show at most ~150 measurements per path: denser dots hide the latent path.
+    every = max(1, sim.t_obs.size // MAX_DOTS)
+    t_obs, z_all = sim.t_obs[::every], sim.z[:, ::every]
     fig = Figure(figsize=(11, 4.6), layout="constrained")
     phase = 2 <= d <= 3
     space = fig.add_subplot(1, 2, 1, projection="3d" if d == 3 else None)
@@ -42,8 +46,8 @@ def plot_simulation(sim: Simulation, *, max_paths: int = 3, title: str | None = 
             )
             if same_space:
                 space.plot(
-                    sim.t_obs,
-                    sim.z[p, :, 0],
+                    t_obs,
+                    z_all[p, :, 0],
                     ".",
                     color=MEASURED_COLOR,
                     ms=3,
@@ -52,10 +56,15 @@ def plot_simulation(sim: Simulation, *, max_paths: int = 3, title: str | None = 
                 )
             continue
         space.plot(
-            *latent.T, color=LATENT_COLOR, lw=1, alpha=alpha, label="latent" if p == 0 else None
+            *latent.T,
+            color=LATENT_COLOR,
+            lw=1.2,
+            alpha=alpha,
+            zorder=3,
+            label="latent" if p == 0 else None,
         )
         if same_space:
-            z = sim.z[p]
+            z = z_all[p]
             inside = np.all((z >= lo) & (z <= hi), axis=-1)
             space.scatter(
                 *z[inside].T,
@@ -80,13 +89,14 @@ def plot_simulation(sim: Simulation, *, max_paths: int = 3, title: str | None = 
         color = f"C{i}"
         series.plot(sim.t, sim.x[0, :, i], color=color, lw=1, label=f"x{i + 1}")
         if same_space:
-            series.plot(sim.t_obs, sim.z[0, :, i], ".", color=color, ms=3)
+            series.plot(t_obs, z_all[0, :, i], ".", color=color, ms=3)
     if not same_space:
         for j in range(k):
-            series.plot(sim.t_obs, sim.z[0, :, j], "x", color=f"C{d + j}", ms=3, label=f"z{j + 1}")
+            series.plot(t_obs, z_all[0, :, j], "x", color=f"C{d + j}", ms=3, label=f"z{j + 1}")
     series.set_ylim(lo.min(), hi.max())
     series.set_xlabel("t")
-    series.set_title("path 0: latent (lines), measured (dots)")
+    shown = "" if every == 1 else f", every {every}th shown"
+    series.set_title(f"path 0: latent (lines), measured (dots{shown})")
     series.legend(loc="upper right", fontsize=8, ncol=2)
     if title:
         fig.suptitle(title)

@@ -59,8 +59,8 @@ def _rms(err):
 
 @pytest.fixture(scope="module")
 def sphere_sim():
-    """`rt-sphere-3d` (b: rotation about a tilted axis) measured at every step, eta_t = 0.2."""
-    sc = mean_field_scenario(eta_t=0.2, every=1, n_steps=100)
+    """The `rt-sphere-3d` preset (b: rotation about a tilted axis), first time unit."""
+    sc = presets.get("rt-sphere-3d").scenario("b").replace(n_steps=100)
     return sc, simulate(sc, 160, seed=7)
 
 
@@ -70,10 +70,10 @@ def test_rt_irls_recovers_the_latent_direction_better_than_the_measurements(sphe
     Measured (seed 7): RMS angle 0.168 rad against 0.270 for the raw direction (-38 %, z = 37,
     9 iterations from the measurements); the robust run (nu = 4, 40 paths) 0.176 (z = 16, 376
     iterations to 1e-6: IRLS is linear and slow where a query's few keys nearly split). The
-    preset's own eta_t = 0.05 with a measurement every 10 steps is the opposite regime (next
-    test); eta_t = 0.2 at every step (101 measurements over one time unit) makes the
-    measurement noise dominate the process noise accumulated over the ~44 nearest keys
-    (eta_t^2 / (sigma_t^2 dt) = 0.04 / 0.0009), where averaging transported keys pays.
+    preset measures at every step with eta_t = 0.2, so measurement noise dominates the process
+    noise accumulated over the ~44 nearest keys (eta_t^2 / (sigma_t^2 dt) = 0.04 / 0.0009),
+    where averaging transported keys pays; eta_t = 0.05 every 10 steps is the opposite regime
+    (next test).
     """
     sc, sim = sphere_sim
     model = rti.RTModel.from_sde(sc.system, sc.measurement)
@@ -92,8 +92,8 @@ def test_rt_irls_recovers_the_latent_direction_better_than_the_measurements(sphe
     assert _rms(err_robust) < 1.1 * _rms(err[:40])
 
 
-def test_mean_field_estimate_is_worse_than_raw_at_the_presets_own_noise():
-    """At the preset's eta_t = 0.05, measured every 10 steps, the mean-field RT estimate loses.
+def test_mean_field_estimate_is_worse_than_raw_when_process_noise_dominates():
+    """With eta_t = 0.05, measured every 10 steps, the mean-field RT estimate loses.
 
     eta_t^2 / (sigma_t^2 dt) = 0.0025 / 0.009 = 0.28 steps: process noise dominates, and the
     mean-field weights (transported keys treated as independent) give the 100 older keys,
@@ -101,7 +101,7 @@ def test_mean_field_estimate_is_worse_than_raw_at_the_presets_own_noise():
     0.152 rad against 0.070 raw (z = 22). The check `rt_irls.mean-field-error` confirms, in a
     small-angle variant, that this error is the linear-Gaussian prediction for these weights.
     """
-    sc = presets.get("rt-sphere-3d").scenario("b")
+    sc = mean_field_scenario(eta_t=0.05, every=10, n_steps=1000)
     sim = simulate(sc, 60, seed=8)
     model = rti.RTModel.from_sde(sc.system, sc.measurement)
     est = rti.rt_mle(model, sim.z, sim.t_obs)

@@ -574,9 +574,9 @@ def _angular_step(quick: bool) -> Outcome:
 def mean_field_scenario(eta_t: float = 0.1, every: int = 2, n_steps: int = 100):
     """`rt-sphere-3d` (variant b) measured with tangential noise `eta_t` every `every` steps.
 
-    The preset's own ``eta_t = 0.05`` with a measurement every 10 steps puts the whole window in
-    the process-noise-dominated regime, where every error is large and the small-angle
-    prediction below does not apply (angles of 0.5 rad over the window).
+    With ``eta_t = 0.05`` and a measurement every 10 steps the whole window is in the
+    process-noise-dominated regime, where every error is large and the small-angle prediction
+    below does not apply (angles of 0.5 rad over the window).
     """
     sc = presets.get("rt-sphere-3d").scenario("b")
     return sc.replace(
