@@ -1,0 +1,1 @@
+"""Functional attention layers on ``(B, H, T, D)`` tensors: the math, no parameters."""

@@ -1,0 +1,36 @@
+"""Comparison helpers for kernel tests (in the manner of fla's ``assert_close``)."""
+
+from __future__ import annotations
+
+import torch
+
+
+def rms_errors(actual: torch.Tensor, expected: torch.Tensor) -> tuple[float, float]:
+    """``(max abs error, relative RMS error)`` of ``actual`` against ``expected``."""
+    actual = actual.detach().to(torch.float64)
+    expected = expected.detach().to(torch.float64)
+    diff = actual - expected
+    max_abs = diff.abs().max().item() if diff.numel() else 0.0
+    scale = expected.pow(2).mean().sqrt().item() if expected.numel() else 0.0
+    rel_rms = diff.pow(2).mean().sqrt().item() / scale if scale > 0 else max_abs
+    return max_abs, rel_rms
+
+
+def assert_close(name: str, actual, expected, *, atol: float, rtol: float = 0.0) -> None:
+    """Assert ``|actual - expected| <= atol + rtol |expected|`` elementwise; report RMS errors."""
+    actual = torch.as_tensor(actual)
+    expected = torch.as_tensor(expected)
+    assert actual.shape == expected.shape, (
+        f"{name}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    )
+    max_abs, rel_rms = rms_errors(actual, expected)
+    ok = torch.isclose(
+        actual.detach().to(torch.float64),
+        expected.detach().to(torch.float64),
+        atol=atol,
+        rtol=rtol,
+    ).all()
+    assert ok, (
+        f"{name}: max abs error {max_abs:.3e}, relative RMS error {rel_rms:.3e} "
+        f"(atol {atol}, rtol {rtol})"
+    )
