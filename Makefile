@@ -34,6 +34,7 @@ format: $(STAMP)
 bench: $(STAMP)
 	$(PIP) install --quiet -c constraints.txt -e ".[dev,bench]"
 	$(PY) benchmarks/bench_sde.py
+	$(PY) benchmarks/bench_kalman.py
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .ruff_cache .hypothesis

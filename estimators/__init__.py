@@ -1,5 +1,8 @@
-"""Float64 reference estimators (Kalman filter/smoother, batch MLE, IRLS, scans).
+"""Float64 reference estimators: the optimum every attention layer is judged against.
 
-Not implemented yet: see the open issues. The package exists so that the distribution's layout
-is fixed from the start.
+One module per estimator: `kalman` (Kalman filter, RTS smoother, log-likelihood), `mle` (batch
+precision-weighted MLE), `irls` (robust IRLS), `rt_irls` (radial-tangential and directional
+estimators), `recurrent` (the reweighted recursive filter), `scan` (information-form scans),
+`fit` (parameter MLE) and `oracle` (dense joint-Gaussian conditioning, a test oracle); closed
+forms in `estimators.closed_forms`.
 """

@@ -242,17 +242,20 @@ def _T(M: np.ndarray) -> np.ndarray:
 def _update_covariance(P: np.ndarray, C: np.ndarray, R: np.ndarray):
     """Measurement update of covariances P (n, d, d).
 
-    ``S = C P C^T + R = L L^T``, ``K = P C^T S^-1``, ``P+ = (I - K C) P (I - K C)^T + K R K^T``
-    (Joseph form: symmetric and PSD in floating point). Returns ``(P+, K, L^-1, log det S)``.
+    ``S = C P C^T + R = L L^T``, ``W = L^-1 C P``, ``K = P C^T S^-1 = W^T L^-1`` and
+    ``P+ = P - K S K^T = P - W^T W``: the subtracted term is a Gram matrix, so ``P+`` is
+    symmetric by construction and one Cholesky factor serves the gain, the whitening of the
+    innovations and ``log det S``. Returns ``(P+, K, L^-1, log det S)``.
     """
-    d = P.shape[-1]
-    S = _sym(C @ P @ C.T + R)
+    CP = C @ P
+    S = _sym(CP @ C.T + R)
     L = np.linalg.cholesky(S)
-    K = _T(np.linalg.solve(S, C @ P))  # P C^T S^-1 (S and P symmetric)
-    IKC = np.eye(d) - K @ C
-    P_new = _sym(IKC @ P @ _T(IKC) + K @ R @ _T(K))
+    Linv = np.linalg.inv(L)
+    W = Linv @ CP
+    Wt = _T(W)
+    P_new = _sym(P - Wt @ W)
     logdet = 2.0 * np.sum(np.log(np.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
-    return P_new, K, np.linalg.inv(L), logdet
+    return P_new, Wt @ Linv, Linv, logdet
 
 
 def _diffuse_covariance(measurement) -> np.ndarray:

@@ -9,13 +9,21 @@ from tests.conftest import REPO_ROOT
 
 
 @pytest.mark.parametrize(
-    "argv",
+    ("argv", "expected"),
     [
-        ["benchmarks/bench_sde.py", "--quick", "--skip-peers"],
-        ["benchmarks/bench_backends.py", "--paths", "64", "--steps", "50", "--repeats", "1"],
+        (["benchmarks/bench_sde.py", "--quick", "--skip-peers"], "float64"),
+        (
+            ["benchmarks/bench_backends.py", "--paths", "64", "--steps", "50", "--repeats", "1"],
+            "float64",
+        ),
+        (
+            ["benchmarks/bench_kalman.py", "--quick", "--skip-peers", "--skip-scan"],
+            "ours: kalman_filter",
+        ),
+        (["benchmarks/bench_scan.py", "--quick"], "blelloch"),
     ],
 )
-def test_benchmark_script_runs(argv):
+def test_benchmark_script_runs(argv, expected):
     run = subprocess.run(
         [sys.executable, *argv],
         cwd=REPO_ROOT,
@@ -25,4 +33,4 @@ def test_benchmark_script_runs(argv):
         timeout=300,
     )
     assert run.returncode == 0, run.stderr
-    assert "float64" in run.stdout
+    assert expected in run.stdout
