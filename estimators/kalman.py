@@ -25,6 +25,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy.linalg import solve_triangular
 
+from estimators import batch_input
 from sde_sim import LinearMeasurement, LinearSDE, linear_transition, validation
 
 LOG_2PI = float(np.log(2.0 * np.pi))
@@ -104,47 +105,10 @@ def _prepare(sde, measurement, z, t, mask) -> _Batch:
         )
     if measurement.dim != sde.dim:
         raise ValueError(f"measurement.C has {measurement.dim} columns; the state has {sde.dim}")
-    z = np.asarray(z, dtype=float)
-    squeeze = z.ndim == 2
-    if squeeze:
-        z = z[None]
-    if z.ndim != 3 or z.shape[2] != measurement.out_dim:
-        raise ValueError(
-            f"z must have shape (B, T, {measurement.out_dim}) or "
-            f"(T, {measurement.out_dim}), got {np.shape(z)}"
-        )
+    z, observed, squeeze = batch_input.measurements(z, mask, measurement.out_dim)
     B, T, _ = z.shape
-    if T < 1:
-        raise ValueError("z must hold at least one time step")
-    if mask is None:
-        observed = np.ones((B, T), dtype=bool)
-    else:
-        observed = np.asarray(mask)
-        if observed.dtype != bool:
-            raise TypeError(f"mask must be boolean (True = observed), got dtype {observed.dtype}")
-        if squeeze and observed.ndim == 1:
-            observed = observed[None]
-        if observed.shape != (B, T):
-            raise ValueError(
-                f"mask must have shape {(B, T)[int(squeeze) :]} (one flag per "
-                f"measurement vector), got {np.shape(mask)}"
-            )
-    bad = observed & ~np.isfinite(z).all(axis=2)
-    if np.any(bad):
-        b, k = np.argwhere(bad)[0]
-        raise ValueError(
-            f"z has NaN or infinite entries at observed measurements (first: "
-            f"sequence {b}, step {k}); mark missing ones with mask"
-        )
-
-    t = validation.real_array("t", t)
-    shared_times = t.ndim == 1 and t.shape == (T,)
-    if shared_times:
-        t = np.broadcast_to(t, (B, T))
-    if t.shape != (B, T):
-        raise ValueError(f"t must have shape ({T},) or ({B}, {T}), got {t.shape}")
-    if T > 1 and np.any(np.diff(t, axis=1) <= 0):
-        raise ValueError("t must be strictly increasing along each sequence")
+    t = batch_input.times(t, B, T)
+    shared_times = t.strides[0] == 0
     times = t + measurement.delay
 
     # Groups share covariances: same time grid and same missing pattern.

@@ -92,6 +92,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from estimators import batch_input
 from estimators.closed_forms import dle, drift
 from estimators.closed_forms import measurement as meas
 from sde_sim import LinearMeasurement, LinearSDE, validation
@@ -407,51 +408,12 @@ class _Batch(NamedTuple):
 
 def _prepare(z, t, mask, d: int, *, delay: float = 0.0) -> _Batch:
     """Validate z (B, T, d) or (T, d), t (T,) or (B, T), mask (B, T) or (T,)."""
-    z = np.asarray(z)
-    if z.dtype == object or not (
-        np.issubdtype(z.dtype, np.floating) or np.issubdtype(z.dtype, np.integer)
-    ):
-        raise TypeError(f"z must be a real numeric array, got dtype {z.dtype}")
-    z = z.astype(float)
-    squeeze = z.ndim == 2
-    if squeeze:
-        z = z[None]
-    if z.ndim != 3 or z.shape[2] != d:
-        shape = np.shape(z[0]) if squeeze else np.shape(z)
-        raise ValueError(f"z must have shape (B, T, {d}) or (T, {d}), got {shape}")
-    B, T, _ = z.shape
-    if T < 1:
-        raise ValueError("z must hold at least one time step")
-    if mask is None:
-        observed = np.ones((B, T), dtype=bool)
-    else:
-        observed = np.asarray(mask)
-        if observed.dtype != bool:
-            raise TypeError(f"mask must be boolean (True = observed), got dtype {observed.dtype}")
-        observed = np.broadcast_to(observed, (B, T)) if observed.shape == (T,) else observed
-        if observed.shape != (B, T):
-            raise ValueError(
-                f"mask must have shape ({T},) or ({B}, {T}) (one flag per measurement vector), "
-                f"got {np.shape(mask)}"
-            )
-    bad = observed & ~np.all(np.isfinite(z), axis=2)
-    if np.any(bad):
-        b, k = np.argwhere(bad)[0]
-        raise ValueError(
-            f"z has NaN or infinite entries at observed measurements (first: sequence {b}, "
-            f"step {k}); mark missing ones with mask"
-        )
-    z = np.where(observed[..., None], z, 0.0)
-    t = validation.real_array("t", t)
-    if t.ndim == 1 and t.shape == (T,):
-        t = t[None]
-    elif t.shape != (B, T):
-        raise ValueError(f"t must have shape ({T},) or ({B}, {T}), got {t.shape}")
-    if T > 1 and np.any(np.diff(t, axis=1) <= 0):
-        raise ValueError("t must be strictly increasing along each sequence")
-    if t.shape[0] > 1 and np.all(t == t[:1]):
+    data = batch_input.measurements(z, mask, d)
+    B, T, _ = data.z.shape
+    t = batch_input.times(t, B, T)
+    if np.all(t == t[:1]):
         t = t[:1]  # shared times: one set of lags
-    return _Batch(z, np.ascontiguousarray(observed), t + delay, squeeze)
+    return _Batch(data.zero_filled(), data.observed, t + delay, data.squeeze)
 
 
 def _lags(times: np.ndarray) -> np.ndarray:

@@ -103,6 +103,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy.linalg import solve_triangular
 
+from estimators import batch_input
 from estimators.closed_forms import dle
 from estimators.kalman import GaussianPrior
 from sde_sim import LinearMeasurement, LinearSDE, linear_transition, validation
@@ -451,47 +452,10 @@ class _Batch(NamedTuple):
 
 
 def _prepare(z, t, mask, k: int, delay: float) -> _Batch:
-    try:
-        z = np.asarray(z, dtype=float)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"z must be a real numeric array, got {type(z).__name__}") from exc
-    squeeze = z.ndim == 2
-    if squeeze:
-        z = z[None]
-    if z.ndim != 3 or z.shape[2] != k:
-        raise ValueError(f"z must have shape (B, T, {k}) or (T, {k}), got {np.shape(z)}")
-    B, T, _ = z.shape
-    if T < 1:
-        raise ValueError("z must hold at least one time step")
-    if mask is None:
-        observed = np.ones((B, T), dtype=bool)
-    else:
-        observed = np.asarray(mask)
-        if observed.dtype != bool:
-            raise TypeError(f"mask must be boolean (True = observed), got dtype {observed.dtype}")
-        if squeeze and observed.ndim == 1:
-            observed = observed[None]
-        if observed.shape != (B, T):
-            raise ValueError(
-                f"mask must have shape {(B, T)[1 - squeeze :]} (one flag per "
-                f"measurement vector), got {np.shape(mask)}"
-            )
-    finite = np.all(np.isfinite(z), axis=2)
-    if np.any(observed & ~finite):
-        b, s = np.argwhere(observed & ~finite)[0]
-        raise ValueError(
-            f"z has NaN or infinite entries at observed measurements (first: "
-            f"sequence {b}, step {s}); mark missing ones with mask"
-        )
-    z = np.where(observed[..., None], z, 0.0)
-    t = validation.real_array("t", t)
-    if t.ndim == 1:
-        t = np.broadcast_to(t, (B, T))
-    if t.shape != (B, T):
-        raise ValueError(f"t must have shape ({T},) or ({B}, {T}), got {t.shape}")
-    if T > 1 and np.any(np.diff(t, axis=1) <= 0):
-        raise ValueError("t must be strictly increasing along each sequence")
-    return _Batch(z, observed, np.ascontiguousarray(t + delay), squeeze)
+    data = batch_input.measurements(z, mask, k)
+    B, T, _ = data.z.shape
+    t = batch_input.times(t, B, T)
+    return _Batch(data.zero_filled(), data.observed, np.ascontiguousarray(t + delay), data.squeeze)
 
 
 def _prior(d: int, prior: GaussianPrior | None):

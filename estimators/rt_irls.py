@@ -100,6 +100,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy.linalg import schur
 
+from estimators import batch_input
 from estimators.closed_forms import radial_tangential as rt
 from sde_sim import RadialTangentialMeasurement, RadialTangentialSDE, validation
 from sde_sim.models import skew_matrix
@@ -310,47 +311,12 @@ def _check_data(m: _Model, z, t, mask) -> _Data:
     d = m.Omega.shape[0]
     if np.iscomplexobj(z):
         raise TypeError("z must be real (eigen-coordinates are real here), got complex entries")
-    try:
-        z = np.asarray(z, dtype=float)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"z must be a real numeric array, got {type(z).__name__}") from exc
-    squeeze = z.ndim == 2
-    if squeeze:
-        z = z[None]
-    if z.ndim != 3 or z.shape[2] != d:
-        raise ValueError(f"z must have shape (B, T, {d}) or (T, {d}), got {np.shape(z)}")
-    B, T, _ = z.shape
-    if T < 1:
-        raise ValueError("z must hold at least one time step")
-    if mask is None:
-        observed = np.ones((B, T), dtype=bool)
-    else:
-        observed = np.asarray(mask)
-        if observed.dtype != bool:
-            raise TypeError(f"mask must be boolean (True = observed), got dtype {observed.dtype}")
-        if squeeze and observed.ndim == 1:
-            observed = observed[None]
-        if observed.shape != (B, T):
-            want = (T,) if squeeze else (B, T)
-            raise ValueError(f"mask must have shape {want}, got {np.shape(mask)}")
-    finite = np.all(np.isfinite(z), axis=2)
-    if np.any(observed & ~finite):
-        b, k = np.argwhere(observed & ~finite)[0]
-        raise ValueError(
-            f"z has NaN or infinite entries at observed measurements (first: sequence {b}, "
-            f"step {k}); mark missing ones with mask"
-        )
-    z = np.where(observed[..., None], z, 0.0)
+    data = batch_input.measurements(z, mask, d)
+    z = data.zero_filled()
     if m.basis_inv is not None:
         z = z @ m.basis_inv.T
-    t = validation.real_array("t", t)
-    if t.ndim == 1 and t.shape == (T,):
-        t = np.broadcast_to(t, (B, T))  # a zero-stride view marks shared times
-    if t.shape != (B, T):
-        raise ValueError(f"t must have shape ({T},) or ({B}, {T}), got {t.shape}")
-    if T > 1 and np.any(np.diff(t, axis=1) <= 0):
-        raise ValueError("t must be strictly increasing along each sequence")
-    return _Data(z, observed, t, squeeze)
+    t = batch_input.times(t, *data.observed.shape)  # a zero-stride view marks shared times
+    return _Data(z, data.observed, t, data.squeeze)
 
 
 def _positive_or_inf(name: str, value) -> float:

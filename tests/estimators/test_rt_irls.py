@@ -552,7 +552,7 @@ def _problem():
             "mask must be boolean",
         ),
         (
-            lambda m, z, t: rti.rt_mle(m, z, t, mask=np.ones(4, bool)),
+            lambda m, z, t: rti.rt_mle(m, z, t, mask=np.ones(3, bool)),
             ValueError,
             "mask must have shape",
         ),
