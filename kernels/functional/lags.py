@@ -18,11 +18,6 @@ def lags(t: torch.Tensor) -> torch.Tensor:
     return t.unsqueeze(-1) - t.unsqueeze(-2)
 
 
-def causal_mask(steps: int, *, device=None) -> torch.Tensor:
-    """Boolean ``(T, T)`` mask, ``True`` where key ``j <= i`` is visible to query ``i``."""
-    return torch.ones(steps, steps, dtype=torch.bool, device=device).tril()
-
-
 def relaxation(x: torch.Tensor) -> torch.Tensor:
     """``(1 - e^{-x}) / x`` with its limit 1 at ``x = 0``; smooth, and gradient-safe there."""
     small = x.abs() < _SERIES_BELOW

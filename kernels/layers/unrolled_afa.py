@@ -1,0 +1,366 @@
+"""Unrolled adaptive filter attention: the recurrent inference form of AFA (seed 000 B.2, Alg. 4).
+
+``x (B, T, E) -> out (B, T, E)``: lift to complex (zero imaginary part), project with ``L_V``
+(a :class:`~kernels.layers.complex_linear.ComplexLinear`) into per-head eigen-coordinates,
+run the iteratively reweighted recursive filter :func:`kernels.functional.unrolled_afa.unrolled_afa`
+per head (``K`` inner iterations per step, ``O(K T E)`` time, ``O(T E)`` memory, no ``(T, T)``
+matrix), map back with ``L_P`` and keep the real part (seed 000 4.1, Algorithm 4's last lines).
+
+Parameters per head (the dynamics/noise parameters of Algorithm 1, so that batch-trained values
+can be loaded), each positive one through a documented map:
+
+==================  =========================================  ================================
+quantity            map from the stored parameter               initial value
+==================  =========================================  ================================
+decay ``a``         ``softplus(raw_decay)``                     0.1 (eigenvalue ``-a + i w``)
+frequencies ``w``   identity, ``(H, E/H)``                      ``10000^{-k/n}``, ``k < n = E/H``
+``sigma^2``         ``softplus(raw_process_var)``               0.1
+``eta^2``           ``softplus(raw_measurement_var)``           1.0
+``nu``              ``softplus(raw_nu)``                        ``nu`` argument (4.0)
+temperature         ``softplus(raw_temperature)``               ``temperature`` argument (1.0)
+damping ``delta``   ``sigmoid(raw_damping)``                    ``damping`` argument (1.0)
+==================  =========================================  ================================
+
+``nu = inf`` and ``delta = 1`` are stored as ``raw = +inf`` (``softplus(inf) = inf``,
+``sigmoid(inf) = 1`` exactly); their gradients are then 0, so they stay there under training
+(give a finite ``nu`` / ``delta < 1`` to learn them). Algorithm 1 writes the decay as
+``alpha^2`` and the residual weight as ``sigmoid(delta)``; Algorithm 4 uses that residual weight
+as the damping of the inner update, as here.
+
+Time: the layer's clock is ``step * t`` with ``t`` the given stamps (default ``0, 1, ..., T-1``),
+as in :class:`kernels.layers.afa.AdaptiveFilterAttention`; equivalently the dynamics
+``(a, omega, sigma^2)`` are multiplied by ``step``. The output is the filtered estimate
+(Algorithm 4) or, with ``predict=True``, its one-step prediction ``e^{(-a + i omega) step} x_i``
+over one unit of ``t`` (Algorithm 1's output).
+
+:meth:`UnrolledAdaptiveFilterAttention.from_afa` builds the recurrent layer from a batch
+:class:`~kernels.layers.afa.AdaptiveFilterAttention` (isotropic form, ``gate`` ``"residual"``
+or None): it copies ``L_V``, ``L_P``, the dynamics, ``nu``, the temperature, the step and the
+output mode, and maps AFA's residual weight ``sigmoid(delta)`` to the damping, as Algorithm 4
+does. AFA's ``L_Q`` and ``L_K`` are not used (Algorithm 4's weight reads the value innovation
+only). The two layers then compute different estimators of the same model: the batch layer one
+IRLS step over all pairs, this one the robust recursive filter. They agree exactly when the
+batch layer is the MLE and the MLE is the filter: ``nu = inf``, no gate, and no process noise
+(``tests/kernels/test_unrolled_afa.py``); with process noise the batch MLE discards the
+cross-time correlation of the noise and the two differ (`estimators.mle` docstring).
+
+The layer is causal by construction (a filter reads only the past): ``causal=False`` is refused,
+and so is ``need_weights=True`` (no attention matrix is formed; the batch AFA layer has one).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from kernels._validation import check_heads, check_input
+from kernels.functional import complex_pairs
+from kernels.functional.unrolled_afa import WEIGHTS, unrolled_afa
+from kernels.layers.afa import AdaptiveFilterAttention
+from kernels.layers.complex_linear import ComplexLinear, lift
+from kernels.layers.heads import merge_complex_heads, split_complex_heads
+
+# Initial frequencies ``omega_k = base^{-k/n}`` (RoPE's, as the batch AFA layer).
+_ROPE_BASE = 10000.0
+
+
+def _inverse_softplus(x: torch.Tensor) -> torch.Tensor:
+    """``softplus^-1(x) = x + log(-expm1(-x))``: -inf at 0, +inf at inf, exact elsewhere."""
+    return x + torch.log(-torch.expm1(-x))
+
+
+class UnrolledAdaptiveFilterAttention(nn.Module):
+    """Recurrent (unrolled) AFA on ``(B, T, E)``, like ``nn.MultiheadAttention(batch_first=True)``.
+
+    Parameters
+    ----------
+    embed_dim : E, the real input width; each of the ``num_heads`` heads filters ``E / H``
+        complex features (``2 E / H`` real-pair entries).
+    num_heads : H, dividing E.
+    iterations : K >= 1 inner reweighting iterations per time step.
+    causal : must be True (a recurrent filter is causal); False raises ValueError.
+    nu : initial robust scale ``> 0`` per head (learned); ``math.inf`` gives the Kalman filter.
+    temperature : initial ``tau > 0`` of the weight ``w^tau`` per head (learned).
+    damping : initial damping ``delta`` in (0, 1] (learned as ``sigmoid``; 1 stays 1).
+    weight : ``"student-t"`` (default) or ``"rational"``, see :func:`unrolled_afa`.
+    step : the time unit: the clock is ``step * t`` (default ``t_i = i``).
+    predict : output the one-step prediction (Algorithm 1) instead of the estimate (Algorithm 4).
+    bias : complex biases in ``L_V`` and ``L_P``.
+    generator : optional ``torch.Generator`` for the projections' initialisation.
+    """
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        *,
+        iterations: int = 1,
+        causal: bool = True,
+        nu: float = 4.0,
+        temperature: float = 1.0,
+        damping: float = 1.0,
+        weight: str = "student-t",
+        step: float = 1.0,
+        predict: bool = False,
+        bias: bool = True,
+        generator: torch.Generator | None = None,
+        device=None,
+        dtype=None,
+    ):
+        super().__init__()
+        n = check_heads(embed_dim, num_heads)
+        if causal is not True:
+            raise ValueError(
+                "causal must be True: unrolled AFA is a recurrent filter, causal by construction "
+                f"(use the batch AFA layer for non-causal attention), found causal={causal!r}"
+            )
+        if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
+            raise ValueError(f"iterations must be an integer K >= 1, found {iterations!r}")
+        if weight not in WEIGHTS:
+            raise ValueError(f"weight must be one of {WEIGHTS}, found {weight!r}")
+        for name, value in (("nu", nu), ("temperature", temperature), ("step", step)):
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+                raise ValueError(f"{name} must be a number > 0, found {value!r}")
+        if math.isinf(temperature) or math.isinf(step):
+            raise ValueError(f"temperature and step must be finite, found {temperature}, {step}")
+        if not isinstance(damping, (int, float)) or not 0 < damping <= 1:
+            raise ValueError(f"damping must be in (0, 1], found {damping!r}")
+        self.embed_dim = embed_dim
+        self.num_heads = num_heads
+        self.iterations = iterations
+        self.weight = weight
+        self.step = float(step)
+        self.predict = bool(predict)
+        factory = {"device": device, "dtype": dtype}
+
+        def linear() -> ComplexLinear:
+            return ComplexLinear(embed_dim, embed_dim, bias=bias, generator=generator, **factory)
+
+        self.value_proj = linear()
+        self.out_proj = linear()
+
+        def per_head() -> nn.Parameter:
+            return nn.Parameter(torch.zeros(num_heads, **factory))
+
+        self.raw_decay = per_head()
+        self.frequencies = nn.Parameter(torch.zeros(num_heads, n, **factory))
+        self.raw_process_var = per_head()
+        self.raw_measurement_var = per_head()
+        self.raw_nu = per_head()
+        self.raw_temperature = per_head()
+        self.raw_damping = per_head()
+        rope = _ROPE_BASE ** (-torch.arange(n, dtype=torch.float64) / n)
+        self.set_parameters(
+            decay=0.1,
+            frequencies=rope,
+            process_var=0.1,
+            measurement_var=1.0,
+            nu=nu,
+            temperature=temperature,
+            damping=damping,
+        )
+
+    # --- the positive parameters -------------------------------------------------------------
+
+    @property
+    def decay(self) -> torch.Tensor:
+        """``a = softplus(raw_decay)`` (H,)."""
+        return F.softplus(self.raw_decay)
+
+    @property
+    def process_var(self) -> torch.Tensor:
+        """``sigma^2 = softplus(raw_process_var)`` (H,)."""
+        return F.softplus(self.raw_process_var)
+
+    @property
+    def measurement_var(self) -> torch.Tensor:
+        """``eta^2 = softplus(raw_measurement_var)`` (H,)."""
+        return F.softplus(self.raw_measurement_var)
+
+    @property
+    def nu(self) -> torch.Tensor:
+        """``nu = softplus(raw_nu)`` (H,); ``inf`` where ``raw_nu = inf``."""
+        return F.softplus(self.raw_nu)
+
+    @property
+    def temperature(self) -> torch.Tensor:
+        """``tau = softplus(raw_temperature)`` (H,)."""
+        return F.softplus(self.raw_temperature)
+
+    @property
+    def damping(self) -> torch.Tensor:
+        """``delta = sigmoid(raw_damping)`` (H,); exactly 1 where ``raw_damping = inf``."""
+        return torch.sigmoid(self.raw_damping)
+
+    @torch.no_grad()
+    def set_parameters(
+        self,
+        *,
+        decay=None,
+        frequencies=None,
+        process_var=None,
+        measurement_var=None,
+        nu=None,
+        temperature=None,
+        damping=None,
+    ) -> None:
+        """Load dynamics/noise values (scalars or ``(H,)``; frequencies ``(H, E/H)`` or
+        ``(E/H,)``) through the inverse maps; ``None`` leaves a parameter as it is.
+
+        Use it (with ``value_proj.set_complex(S^-1)``, ``out_proj.set_complex(S)``) to run the
+        layer with a known system (in units of the clock ``step * t``).
+        """
+        positive = (
+            ("decay", decay, self.raw_decay, False),
+            ("process_var", process_var, self.raw_process_var, False),
+            ("measurement_var", measurement_var, self.raw_measurement_var, True),
+            ("nu", nu, self.raw_nu, True),
+            ("temperature", temperature, self.raw_temperature, True),
+        )
+        for name, value, raw, strict in positive:
+            if value is not None:
+                value = self._per_head(name, value)
+                bad = ~(value > 0) if strict else ~(value >= 0)  # also catches NaN
+                if bool(bad.any()):
+                    bound = "> 0" if strict else ">= 0"
+                    raise ValueError(f"{name} must be {bound}, found {value[bad][0].item()}")
+                raw.copy_(_inverse_softplus(value))
+        if frequencies is not None:
+            omega = torch.as_tensor(frequencies, dtype=torch.float64)
+            try:
+                self.frequencies.copy_(omega.expand(self.frequencies.shape))
+            except RuntimeError:
+                raise ValueError(
+                    f"frequencies must have shape {tuple(self.frequencies.shape)} or "
+                    f"({self.frequencies.shape[1]},), found {tuple(omega.shape)}"
+                ) from None
+        if damping is not None:
+            delta = self._per_head("damping", damping)
+            bad = ~((delta > 0) & (delta <= 1))
+            if bool(bad.any()):
+                raise ValueError(f"damping must be in (0, 1], found {delta[bad][0].item()}")
+            self.raw_damping.copy_(torch.logit(delta))
+
+    def _per_head(self, name: str, value) -> torch.Tensor:
+        value = torch.as_tensor(value, dtype=torch.float64).detach().cpu()
+        if value.shape not in ((), (self.num_heads,)):
+            raise ValueError(
+                f"{name} must be a scalar or have shape ({self.num_heads},), "
+                f"found {tuple(value.shape)}"
+            )
+        return value.expand(self.num_heads)
+
+    # --- forward ------------------------------------------------------------------------------
+
+    def forward(self, x: torch.Tensor, t=None, *, need_weights: bool = False):
+        """``x (B, T, E)``, optional time stamps ``t`` ((T,) or (B, T), strictly increasing;
+        default ``0, 1, ..., T-1``; the clock is ``step * t``) -> ``(out (B, T, E), None)``."""
+        if need_weights:
+            raise ValueError(
+                "need_weights=True is not available: unrolled AFA forms no (T, T) attention "
+                "matrix (use the batch AFA layer to inspect weights)"
+            )
+        check_input(x, self.embed_dim)
+        values = split_complex_heads(self.value_proj(lift(x)), self.num_heads)
+        decay = self.decay * self.step
+        frequencies = self.frequencies * self.step
+        result = unrolled_afa(
+            values,
+            t=t,
+            decay=decay,
+            frequencies=frequencies,
+            process_var=self.process_var * self.step,
+            measurement_var=self.measurement_var,
+            nu=self.nu,
+            iterations=self.iterations,
+            temperature=self.temperature,
+            damping=self.damping,
+            weight=self.weight,
+        )
+        out = result.output
+        if self.predict:  # e^{(-a + i omega) step} x over one unit of t
+            shrink = torch.exp(-decay).view(1, -1, 1, 1)
+            angle = frequencies.view(1, self.num_heads, 1, -1)
+            out = complex_pairs.rotate(out, torch.cos(angle), torch.sin(angle)) * shrink
+        y = self.out_proj(merge_complex_heads(out))
+        return complex_pairs.split(y)[0], None
+
+    # --- from a batch-trained AFA layer -------------------------------------------------------
+
+    @classmethod
+    def from_afa(
+        cls, afa_module: AdaptiveFilterAttention, *, iterations: int = 1, weight: str = "rational"
+    ) -> UnrolledAdaptiveFilterAttention:
+        """The recurrent layer with the parameters of a batch AFA layer (seed 000 B.2, Alg. 4).
+
+        Copies ``L_V`` (AFA's ``value``), ``L_P`` (``out_proj``), decay, frequencies,
+        ``sigma^2``, ``eta^2``, temperature, ``nu`` (``inf`` when AFA does not reweight), the
+        step (its current value when learned) and ``predict``; AFA's residual weight
+        ``sigmoid(delta)`` becomes the damping (``gate=None``: damping 1). ``weight`` defaults
+        to ``"rational"``, the form of AFA's weight. Dtype and device follow ``afa_module``.
+
+        Raises
+        ------
+        TypeError if ``afa_module`` is not an ``AdaptiveFilterAttention``; ValueError for what
+        the recurrent form cannot represent: per-feature dynamics (``tensor_form`` or
+        ``separable``), ``complex_input=True``, the prediction gate, a non-causal layer.
+        """
+        if not isinstance(afa_module, AdaptiveFilterAttention):
+            raise TypeError(
+                "afa_module must be a kernels.layers.afa.AdaptiveFilterAttention, found "
+                f"{type(afa_module).__name__}"
+            )
+        unsupported = (
+            (afa_module.tensor_form or afa_module.separable, "per-feature dynamics"),
+            (afa_module.complex_input, "complex_input=True"),
+            (afa_module.gate == "prediction-gate", "gate='prediction-gate'"),
+            (not afa_module.causal, "causal=False"),
+        )
+        for bad, what in unsupported:
+            if bad:
+                raise ValueError(
+                    f"from_afa needs an isotropic, causal AFA layer on real input with gate "
+                    f"'residual' or None; found {what}"
+                )
+        ref = afa_module.raw_decay
+        step = afa_module.step
+        step = float(step.detach()) if isinstance(step, torch.Tensor) else float(step)
+        nu = afa_module.nu
+        dynamics = afa_module.dynamics()
+        layer = cls(
+            afa_module.embed_dim,
+            afa_module.num_heads,
+            iterations=iterations,
+            weight=weight,
+            step=step,
+            predict=afa_module.predict,
+            bias=afa_module.value.bias_real is not None,
+            device=ref.device,
+            dtype=ref.dtype,
+        )
+        layer.value_proj.load_state_dict(afa_module.value.state_dict())
+        layer.out_proj.load_state_dict(afa_module.out_proj.state_dict())
+        delta = 1.0 if afa_module.gate is None else torch.sigmoid(afa_module.raw_delta.detach())
+        layer.set_parameters(
+            decay=dynamics["decay"].detach(),
+            frequencies=dynamics["frequencies"].detach(),
+            process_var=dynamics["process_var"].detach(),
+            measurement_var=dynamics["measurement_var"].detach(),
+            nu=nu.detach() if isinstance(nu, torch.Tensor) else nu,
+            temperature=dynamics["temperature"].detach(),
+            damping=delta,
+        )
+        return layer
+
+    def extra_repr(self) -> str:
+        return (
+            f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, "
+            f"iterations={self.iterations}, weight={self.weight!r}, step={self.step}, "
+            f"predict={self.predict}"
+        )
+
+
+__all__ = ["UnrolledAdaptiveFilterAttention"]
