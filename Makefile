@@ -35,6 +35,7 @@ bench: $(STAMP)
 	$(PIP) install --quiet -c constraints.txt -e ".[dev,bench]"
 	$(PY) benchmarks/bench_sde.py
 	$(PY) benchmarks/bench_kalman.py
+	$(PY) benchmarks/bench_attention.py
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .ruff_cache .hypothesis

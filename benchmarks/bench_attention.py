@@ -25,13 +25,14 @@ compiled
 Time: the best of ``--repeats`` calls, interleaved (each round runs every contestant once), so
 machine noise hits all alike; the ratio column is ``time / sdpa time``. Memory: the peak of
 one call above the memory held before it. On CPU that is measured in a fresh subprocess per
-(contestant, T) from the process's resident high-water mark (``ru_maxrss``), so no call sees
+(contestant, T) from the process's resident high-water mark (``VmHWM``), so no call sees
 another's allocations; on CUDA from ``torch.cuda.max_memory_allocated``.
 
 Run::
 
     python benchmarks/bench_attention.py                     # T = 256 .. 4096 (minutes)
     python benchmarks/bench_attention.py --lengths 1024 --compile
+    python benchmarks/bench_attention.py --lengths 1024 --threads 1 --no-memory
     python benchmarks/bench_attention.py --quick             # smoke run, T = 64 and 128
     python benchmarks/bench_attention.py --device cuda       # on a GPU
 """
@@ -168,11 +169,27 @@ def probe_memory(name: str, steps: int, dtype) -> None:
         contestant_call(name, *small[:3], small[3])()
     q, k, v, dynamics = make_inputs(steps, dtype, "cpu")
     call = contestant_call(name, q, k, v, dynamics)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    before = resident_high_water_kib()
     with torch.no_grad():
         call()
-    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    after = resident_high_water_kib()
     print(json.dumps({"peak_mib": (after - before) / 1024}))
+
+
+def resident_high_water_kib() -> int:
+    """This process's peak resident memory in KiB.
+
+    Linux's ``VmHWM`` belongs to the current address space. ``ru_maxrss`` would not do in a
+    child: across ``exec`` it keeps the parent's peak, which hides the child's own.
+    """
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 def parse_args(argv):
@@ -182,6 +199,7 @@ def parse_args(argv):
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--dtype", default="float32", choices=("float32", "float64", "bfloat16"))
     p.add_argument("--compile", action="store_true", help="also time torch.compile'd layers")
+    p.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's)")
     p.add_argument("--tensor-budget-gb", type=float, default=4.0, help="skip the tensor form above")
     p.add_argument("--no-memory", action="store_true", help="skip the memory probes")
     p.add_argument("--quick", action="store_true", help="smoke run: T = 64, 128; 1 repeat")
@@ -272,6 +290,8 @@ def memory_growth(rows) -> None:
 def main(argv=None) -> int:
     args = parse_args(argv)
     dtype = getattr(torch, args.dtype)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     if args.probe_memory:
         probe_memory(args.probe_memory[0], int(args.probe_memory[1]), dtype)
         return 0

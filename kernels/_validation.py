@@ -37,6 +37,8 @@ def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, even: bool =
             if size % 2:
                 raise ValueError(f"{name} must be even (real and imaginary halves), found {size}")
     batch, heads, steps, dim = q.shape
+    if steps < 1:
+        raise ValueError(f"q, k, v must hold at least one time step, found T = {steps}")
     return batch, heads, steps, dim, v.shape[-1]
 
 

@@ -21,6 +21,8 @@ from tests.conftest import REPO_ROOT
             "ours: kalman_filter",
         ),
         (["benchmarks/bench_scan.py", "--quick"], "blelloch"),
+        (["benchmarks/bench_attention.py", "--quick", "--no-memory"], "isotropic AFA"),
+        (["benchmarks/bench_attention.py", "--probe-memory", "isotropic AFA", "32"], "peak_mib"),
     ],
 )
 def test_benchmark_script_runs(argv, expected):

@@ -23,3 +23,6 @@ def test_readme_python_blocks_run(capsys):
         estimate, se = fitted[name]
         assert abs(estimate - value) < 4 * se, (name, estimate, se)
     assert "alpha" in capsys.readouterr().out
+    assert namespace["y"].shape == (2, 64, 32)
+    assert namespace["weights"].shape == (2, 4, 64, 64)
+    assert all(out.shape == (2, 64, 32) for out in namespace["outputs"])

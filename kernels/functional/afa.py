@@ -96,7 +96,10 @@ def _parameter(name: str, value, heads: int, width: int, like: torch.Tensor) -> 
     """``value`` (number, ``(H,)``, ``(width,)`` or ``(H, width)``) as an ``(H, width)`` tensor."""
     if not isinstance(value, (torch.Tensor, int, float)) or isinstance(value, bool):
         raise TypeError(f"{name} must be a number or a torch.Tensor, found {type(value).__name__}")
-    x = torch.as_tensor(value).to(dtype=like.dtype, device=like.device)
+    if isinstance(value, torch.Tensor):
+        x = value.to(dtype=like.dtype, device=like.device)
+    else:  # straight to the target dtype: a float64 run must not round through float32
+        x = torch.tensor(value, dtype=like.dtype, device=like.device)
     if x.ndim == 0:
         return x.expand(heads, width)
     if x.ndim == 1 and x.shape[0] == heads:
@@ -175,8 +178,8 @@ def _temperature(temperature, heads: int, like) -> torch.Tensor:
 def _widths(q, k, v, frequencies, value_frequencies):
     """``(B, H, T, n_qk, n_v, rotate_qk, rotate_v)``: feature counts and which parts rotate."""
     batch, heads, steps, dim, vdim = check_qkv(q, k, v)
-    if steps < 1 or heads < 1:
-        raise ValueError(f"q must have H >= 1 heads and T >= 1 steps, found {tuple(q.shape)}")
+    if heads < 1:
+        raise ValueError(f"q must have H >= 1 heads, found {tuple(q.shape)}")
     rotate_qk = frequencies is not None
     if value_frequencies is None and rotate_qk and vdim != dim:
         raise ValueError(
@@ -537,7 +540,10 @@ class _ToeplitzKernels:
         first = self.steps - j1 + i0
 
         def window(x):
-            return x.unfold(-1, j1, 1)[:, first : first + i1 - i0].unsqueeze(0)
+            # slice before unfolding, so autograd's backward of the window touches only the
+            # (i1 - i0) + j1 - 1 lags this tile reads, not every window of the vector
+            rows = i1 - i0
+            return x[:, first : first + rows + j1 - 1].unfold(-1, j1, 1).unsqueeze(0)
 
         return _PairKernels(*(None if x is None else window(x) for x in self.vectors))
 

@@ -20,6 +20,9 @@ def assert_close(name: str, actual, expected, *, atol: float, rtol: float = 0.0)
     """Assert ``|actual - expected| <= atol + rtol |expected|`` elementwise; report RMS errors."""
     actual = torch.as_tensor(actual)
     expected = torch.as_tensor(expected)
+    if actual.is_complex() or expected.is_complex():  # compare real and imaginary parts
+        actual = torch.view_as_real(actual.to(torch.complex128))
+        expected = torch.view_as_real(expected.to(torch.complex128))
     assert actual.shape == expected.shape, (
         f"{name}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
     )

@@ -878,7 +878,7 @@ def test_errors_name_the_argument():
         afa.isotropic_afa(q, q, torch.zeros(1, 2, 4, 4), **p)
     with pytest.raises(ValueError, match="strictly increasing"):
         afa.isotropic_afa(q, q, q, t=torch.tensor([0.0, 1.0, 1.0, 2.0, 3.0]), **p)
-    with pytest.raises(ValueError, match="T >= 1 steps"):
+    with pytest.raises(ValueError, match="at least one time step"):
         empty = torch.zeros(1, 2, 0, 4)
         afa.isotropic_afa(empty, empty, empty, **p)
     with pytest.raises(ValueError, match="D must be even"):
