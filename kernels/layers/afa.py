@@ -137,13 +137,20 @@ class AdaptiveFilterAttention(nn.Module):
         self.block_size = block_size
         factory = {"dtype": dtype, "device": device}
 
-        def linear():
-            return ComplexLinear(features, features, bias=bias, generator=generator, **factory)
+        def linear(imaginary_bias=True):
+            return ComplexLinear(
+                features,
+                features,
+                bias=bias,
+                imaginary_bias=imaginary_bias,
+                generator=generator,
+                **factory,
+            )
 
         self.value = linear()
         self.query = linear()
         self.key = linear()
-        self.out_proj = linear()
+        self.out_proj = linear(imaginary_bias=complex_input)  # real output: Re L_P only
 
         per_feature = tensor_form or separable
         shape = (num_heads, head_features) if per_feature else (num_heads,)

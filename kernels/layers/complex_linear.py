@@ -22,7 +22,9 @@ class ComplexLinear(nn.Module):
     Parameters
     ----------
     in_features, out_features : complex feature counts (the real tensors are twice as wide).
-    bias : learn a complex bias.
+    bias : learn a bias.
+    imaginary_bias : with ``bias``, also learn its imaginary part. Layers that return only the
+        real part of their output pass ``False``: an imaginary bias there would never be used.
     generator : optional ``torch.Generator`` for the initialisation (no global RNG is touched
         when one is given).
     """
@@ -33,6 +35,7 @@ class ComplexLinear(nn.Module):
         out_features: int,
         *,
         bias: bool = True,
+        imaginary_bias: bool = True,
         generator: torch.Generator | None = None,
         device=None,
         dtype=None,
@@ -46,12 +49,9 @@ class ComplexLinear(nn.Module):
         factory = {"device": device, "dtype": dtype}
         self.weight_real = nn.Parameter(torch.empty(out_features, in_features, **factory))
         self.weight_imag = nn.Parameter(torch.empty(out_features, in_features, **factory))
-        if bias:
-            self.bias_real = nn.Parameter(torch.zeros(out_features, **factory))
-            self.bias_imag = nn.Parameter(torch.zeros(out_features, **factory))
-        else:
-            self.register_parameter("bias_real", None)
-            self.register_parameter("bias_imag", None)
+        self.bias_real = nn.Parameter(torch.zeros(out_features, **factory)) if bias else None
+        imaginary = bias and imaginary_bias
+        self.bias_imag = nn.Parameter(torch.zeros(out_features, **factory)) if imaginary else None
         self.reset_parameters(generator)
 
     @torch.no_grad()
@@ -64,9 +64,9 @@ class ComplexLinear(nn.Module):
         phase = 2 * math.pi * torch.rand(shape, **kw, dtype=torch.float64)
         self.weight_real.copy_(magnitude * torch.cos(phase))
         self.weight_imag.copy_(magnitude * torch.sin(phase))
-        if self.bias_real is not None:
-            self.bias_real.zero_()
-            self.bias_imag.zero_()
+        for b in (self.bias_real, self.bias_imag):
+            if b is not None:
+                b.zero_()
 
     @torch.no_grad()
     def set_complex(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
@@ -81,8 +81,11 @@ class ComplexLinear(nn.Module):
         if bias is not None:
             if self.bias_real is None:
                 raise ValueError("bias given but the layer was built with bias=False")
+            if self.bias_imag is None and bool(torch.any(bias.imag != 0)):
+                raise ValueError("bias has an imaginary part but the layer has a real bias only")
             self.bias_real.copy_(bias.real)
-            self.bias_imag.copy_(bias.imag)
+            if self.bias_imag is not None:
+                self.bias_imag.copy_(bias.imag)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[-1] != 2 * self.in_features:
@@ -95,6 +98,7 @@ class ComplexLinear(nn.Module):
         out_im = x_re @ self.weight_imag.T + x_im @ self.weight_real.T
         if self.bias_real is not None:
             out_re = out_re + self.bias_real
+        if self.bias_imag is not None:
             out_im = out_im + self.bias_imag
         return complex_pairs.merge(out_re, out_im)
 

@@ -136,11 +136,18 @@ class UnrolledAdaptiveFilterAttention(nn.Module):
         self.predict = bool(predict)
         factory = {"device": device, "dtype": dtype}
 
-        def linear() -> ComplexLinear:
-            return ComplexLinear(embed_dim, embed_dim, bias=bias, generator=generator, **factory)
+        def linear(imaginary_bias=True) -> ComplexLinear:
+            return ComplexLinear(
+                embed_dim,
+                embed_dim,
+                bias=bias,
+                imaginary_bias=imaginary_bias,
+                generator=generator,
+                **factory,
+            )
 
         self.value_proj = linear()
-        self.out_proj = linear()
+        self.out_proj = linear(imaginary_bias=False)  # only Re L_P of the output is returned
 
         def per_head() -> nn.Parameter:
             return nn.Parameter(torch.zeros(num_heads, **factory))
