@@ -27,10 +27,21 @@ On a CPU the parallel scans do not win by parallelism (numpy runs each level on 
 win, when they do, by replacing T small numpy calls over B * D numbers with O(log T) large ones.
 The depth column is what a GPU's parallel time scales with.
 
+Torch section (after the numpy table; ``--skip-torch`` leaves it out): the torch layer's filter
+`kernels.functional.kla.kla_scan` in float32 (the paper's precision) on B sequences of N x D
+filters (default B = 1, N = 16, D = 16), forward only under ``torch.no_grad``, at
+T = 2^8 .. 2^16 (quick: 2^8, 2^10): ``parallel`` (the odd-even work-efficient scan, 2 ceil(log2 T)
+levels, O(T) work) and ``hillis-steele`` (doubling, ceil(log2 T) levels, O(T log T) work), each
+level a few whole-sequence torch ops, against ``sequential`` (a loop of T `kla_step` calls, the
+O(1)-per-token decoding form). ``--device cuda`` runs it on a GPU (synchronised timings). Each
+row gives the best wall time and the largest difference of the posterior means from the
+sequential loop.
+
 Run::
 
     python benchmarks/bench_scan.py            # T = 1e3, 1e4, 1e5, B = 8, D = 16, 3 repeats
     python benchmarks/bench_scan.py --quick    # smoke run: T = 100, 1000, B = 2, D = 4, 1 repeat
+    python benchmarks/bench_scan.py --skip-numpy --device cuda   # torch section on a GPU
 """
 
 from __future__ import annotations
@@ -47,6 +58,7 @@ from estimators.closed_forms import kla
 from estimators.scan import FILTER_METHODS, kla_filter
 
 BASELINE = "sequential"
+TORCH_METHODS = ("sequential", "parallel", "hillis-steele")
 
 
 def make_problem(B: int, T: int, D: int, seed: int):
@@ -82,6 +94,9 @@ def main(argv=None) -> int:
     parser.add_argument("--batch", type=int, help="sequences B (default 8; quick 2)")
     parser.add_argument("--channels", type=int, help="channels D (default 16; quick 4)")
     parser.add_argument("--repeats", type=int, help="timed calls per method (default 3; quick 1)")
+    parser.add_argument("--skip-torch", action="store_true", help="numpy section only")
+    parser.add_argument("--skip-numpy", action="store_true", help="torch section only")
+    parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
     args = parser.parse_args(argv)
     lengths = args.lengths or ([100, 1000] if args.quick else [1000, 10_000, 100_000])
     B = args.batch or (2 if args.quick else 8)
@@ -90,7 +105,15 @@ def main(argv=None) -> int:
     if min(lengths) < 1 or B < 1 or D < 1 or repeats < 1:
         parser.error("lengths, --batch, --channels and --repeats must be >= 1")
     methods = list(FILTER_METHODS)
+    if not args.skip_numpy:
+        numpy_section(lengths, B, D, repeats, methods)
+    if not args.skip_torch:
+        torch_section(args.quick, args.device, repeats)
+    return 0
 
+
+def numpy_section(lengths, B, D, repeats, methods) -> None:
+    """The numpy table: every `kla_filter` method at each T."""
     print(
         f"bench_scan {datetime.date.today()}; {platform.platform()}, {os.cpu_count()} CPUs; "
         f"Python {platform.python_version()}, numpy {np.__version__}; float64; "
@@ -118,7 +141,55 @@ def main(argv=None) -> int:
                 f"{T:>8}  {m:<14} {best[m]:>9.4f}  {word:>19}  {out.stats.depth:>7}  "
                 f"{out.stats.combines:>9}  {diff:>16.1e}"
             )
-    return 0
+
+
+def torch_section(quick: bool, device: str, repeats: int) -> None:
+    """Torch `kla_scan`, parallel against sequential, float32, forward only."""
+    import torch
+
+    from kernels.functional.kla import kla_scan, ou_prior
+
+    lengths = [2**8, 2**10] if quick else [2**e for e in range(8, 17, 2)]
+    B, N, D = (1, 4, 8) if quick else (1, 16, 16)
+    dev = torch.device(device)
+
+    def sync():
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+
+    print(
+        f"\ntorch {torch.__version__} on {dev}; float32, forward only; B = {B}, N = {N}, "
+        f"D = {D}; best of {repeats}"
+    )
+    header = f"{'T':>8}  {'method':<13} {'best s':>9}  {'vs sequential':>15}  {'max |d mean|':>12}"
+    print(header)
+    print("-" * len(header))
+    g = torch.Generator().manual_seed(0)
+    a_bar, p_bar = ou_prior(torch.rand(N, D, generator=g) + 0.1, torch.ones(N, D), 0.05)
+    a_bar, p_bar = a_bar.to(dev), p_bar.to(dev)
+    for T in lengths:
+        k = torch.randn(B, T, N, 1, generator=g).to(dev)
+        lam_v = (torch.rand(B, T, 1, D, generator=g) * 3).to(dev)
+        v = torch.randn(B, T, 1, D, generator=g).to(dev)
+        best, means = {}, {}
+        with torch.no_grad():
+            kla_scan(k[:, :8], lam_v[:, :8], v[:, :8], a_bar, p_bar)  # warm-up
+            for method in TORCH_METHODS:
+                times = []
+                for _ in range(repeats):
+                    sync()
+                    start = time.perf_counter()
+                    means[method] = kla_scan(k, lam_v, v, a_bar, p_bar, method=method).mean
+                    sync()
+                    times.append(time.perf_counter() - start)
+                best[method] = min(times)
+        for method in TORCH_METHODS:
+            ratio = best["sequential"] / best[method]
+            word = "(baseline)" if method == "sequential" else f"{ratio:.2f}x faster"
+            if method != "sequential" and ratio < 1:
+                word = f"{1 / ratio:.2f}x slower"
+            diff = (means[method] - means["sequential"]).abs().max().item()
+            print(f"{T:>8}  {method:<13} {best[method]:>9.4f}  {word:>15}  {diff:>12.1e}")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Filtering attention layers in torch (AFA, RT-AFA, RFA, RT-RFA and their baselines).
+"""Filtering attention layers in torch (AFA, RT-AFA, RFA, RT-RFA, KLA and their baselines).
 
 ``kernels.functional`` holds the math as functions of ``(q, k, v, t, parameters)`` on
 ``(B, H, T, D)`` tensors; ``kernels.layers`` the ``nn.Module`` wrappers on ``(B, T, E)`` with

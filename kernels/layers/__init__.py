@@ -3,6 +3,6 @@
 `afa.AdaptiveFilterAttention`, `rt_afa.RTAdaptiveFilterAttention`,
 `afa_transformer.AFATransformerBlock`, `unrolled_afa.UnrolledAdaptiveFilterAttention`,
 `rfa.RobustFilterAttention`, `rt_transformer.RTRobustFilterAttention` and
-`rt_transformer.RTTransformerBlock`, the baselines in `baselines`; building blocks
+`rt_transformer.RTTransformerBlock`, `kla.KalmanLinearAttention`, the baselines in `baselines`; building blocks
 `complex_linear.ComplexLinear` and `heads`.
 """
