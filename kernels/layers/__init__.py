@@ -2,7 +2,7 @@
 
 `afa.AdaptiveFilterAttention`, `rt_afa.RTAdaptiveFilterAttention`,
 `afa_transformer.AFATransformerBlock`, `unrolled_afa.UnrolledAdaptiveFilterAttention`,
-`rfa.RobustFilterAttention`, `rt_transformer.RTRobustFilterAttention` and
-`rt_transformer.RTTransformerBlock`, `kla.KalmanLinearAttention`, the baselines in `baselines`; building blocks
-`complex_linear.ComplexLinear` and `heads`.
+`rfa.RobustFilterAttention`, `rt_transformer.RTRobustFilterAttention`,
+`rt_transformer.RTTransformerBlock`, `kla.KalmanLinearAttention`; the baselines in
+`baselines`; building blocks `complex_linear.ComplexLinear` and `heads`.
 """
