@@ -1,0 +1,423 @@
+"""Oscillator attention (OsciFormer, seed 002): closed-form damped driven oscillator keys/values.
+
+Shapes: ``q, k: (B, H, T, D)``, ``v: (B, H, T, Dv)``; time stamps ``t: (T,)`` or ``(B, T)``
+(strictly increasing, irregular allowed); per-head, per-channel oscillator parameters
+``(H, D)``. Index convention of the suite: row ``i`` is the query time ``t_i``, column ``j`` the
+key anchored at ``t_j``, lag ``Delta_ij = t_i - t_j >= 0`` for causal pairs (the seed writes the
+key index ``i`` and the query time ``t``).
+
+Model (seed 002 App. A, A.5, section 6-7; digest 002 sections 1.2-1.9)
+-----------------------------------------------------------------------
+Every channel ``c`` of key ``j`` is a damped driven oscillator started at its anchor ``t_j``
+(eqs. 2/7, 62)::
+
+    x'' + 2 gamma_c x' + omega_c^2 x = F_jc(t),   x(t_j) = K_jc,   x'(t_j) = (U K_j)_c,
+    F_jc(t_j + s) = sum_n (g_nc cos(w_n s) + h_nc sin(w_n s)) K_jc        (section 7 drive)
+
+with ``gamma = zeta omega`` (the digest's reading of the damping ratio zeta) and the
+initial-velocity map ``U`` (``U = 0`` at initialisation). Writing ``E(s) = e^{A s}`` (eq. 11 and
+the critical / overdamped forms of A.1) and the steady state
+``x_ss(s) = Re sum_n beta_n e^{i w_n s}``, ``beta_n = H(w_n) (g_n - i h_n) K_j``,
+``H(w) = 1/(omega^2 - w^2 + 2 i gamma w)`` (eqs. 43-44, 64), the key is
+
+    k_j(t_j + s) = e_1^T E(s) z_j + x_ss(s),   z_j = [K_j - x_ss(0), (U K_j) - x_ss'(0)],
+
+i.e. the homogeneous solution ``E(s) [K, U K]`` plus the particular solution from rest: the steady
+state and its transient ``E(s)(-z_ss(0))`` (eqs. 66-70; critical and overdamped transients of
+A.5.4 with the *corrected* U, V: both are the same ``E(s)`` term here).
+
+The query of row ``i`` is the ridge fit (A.4, A.5.1, section 7) of the projected queries
+``Q_1..Q_i`` (causal prefix; ``causal_fit=False`` fits all ``T``, which uses future queries) on the
+bank ``q(t) = sum_m A_m cos(omega_m t) + B_m sin(omega_m t) = Re sum_m a_m e^{i omega_m t}``,
+``a_m = A_m - i B_m`` (eq. 49). Its rotation to the anchor ``t_j`` (eq. 50) is
+``a_m e^{i omega_m t_j}``.
+
+The logit is the interval average (Def. 1, eqs. 71-75)::
+
+    alpha_ij = (1/Delta) int_0^Delta <q_i(t_j + s), k_j(t_j + s)> ds,   alpha_ii = <q_i(t_i), K_i>,
+
+evaluated exactly as
+
+    Delta alpha_ij = sum_{m,c} Re( a_imc e^{i omega_m t_j} [ w_mc(Delta) . z_jc
+                     + 1/2 sum_n (beta_njc L(omega_m + w_n) + conj(beta_njc) L(omega_m - w_n)) ] ),
+
+    w_mc(Delta) = e_1^T (A_c + i omega_m)^{-1} (E_c(Delta) e^{i omega_m Delta} - I),
+    L(lam) = int_0^Delta e^{i lam s} ds = Delta e^{i lam Delta / 2} sinc(lam Delta / 2).
+
+``w`` is the matrix form of the damped kernels ``C_gamma, S_gamma, I_cc, I_cs, I_sc, I_ss``
+(eqs. 52-57, 73, 76, 77) and ``L`` of the undamped ones (eqs. 58-61, 72, with the ``a = b``
+limits built in). This is the complete logit (75): the homogeneous term ``alpha^(hom)``, which
+the seed omits (digest 1.8), is the ``[K, U K]`` part of ``z``; the driven terms are the rest.
+(The constant ``c_i`` of eq. 75 is undefined in the seed and left out.) ``(A + i omega)^{-1}``
+has determinant ``omega_c^2 - omega_m^2 - 2 i gamma_c omega_m``, the resonance denominator: no
+``1/omega_d`` or ``1/sigma`` appears, so nothing blows up at or near critical damping, where
+``E`` is summed as a power series (`damped_cos_sinc`). Only undamped exact resonance
+(``gamma = 0``, ``omega_m = omega_c``) is singular; softplus keeps ``zeta > 0``.
+
+Seed errors avoided: eq. (30) adds the ``lambda_+`` term that must be subtracted, and the
+overdamped U, V of A.5.4 miss the initial conditions; neither printed form is used (the ``E(s)``
+route above equals the corrected forms, tested against ``estimators.closed_forms.oscillator``).
+
+Values (section 6 step 6, the "weighted value" the seed leaves open): ``readout="average"``
+(ContiFormer / eq. 104) ``vbar_ij = (1/Delta) int_0^Delta v_j(t_j + s) ds`` with
+``vbar_ii = V_i``, or ``readout="endpoint"`` (App. E.2) ``vbar_ij = v_j(t_i)``;
+``y_i = sum_{j <= i} softmax_j(alpha_ij / sqrt(D)) vbar_ij`` (eq. 79, Def. 2).
+
+Complex intermediates (``complex64``/``complex128``) are used for the mode algebra; inputs and
+outputs are real.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+
+from kernels._validation import check_qkv, check_times
+
+__all__ = [
+    "OscillatorParams",
+    "damped_cos_sinc",
+    "propagator",
+    "fit_query",
+    "oscillator_logits",
+    "oscillator_values",
+    "oscillator_attention",
+]
+
+# |u t^2| <= 1: c and s/t summed as power series in z = u t^2 (no 1/omega_d or 1/sigma); the
+# first omitted terms are 1/20! ~ 4e-19 and 1/21! ~ 2e-20 relative to 1, below double rounding.
+_SERIES_RADIUS = 1.0
+_SERIES_TERMS = 10
+_COS_SERIES = [(-1.0) ** n / math.factorial(2 * n) for n in range(_SERIES_TERMS)]
+_SINC_SERIES = [(-1.0) ** n / math.factorial(2 * n + 1) for n in range(_SERIES_TERMS)]
+
+
+class OscillatorParams(NamedTuple):
+    """Per-head, per-channel oscillator parameters (seed 002 section 6-7).
+
+    omega : ``(H, D)`` natural frequencies ``> 0``.
+    gamma : ``(H, D)`` damping ``>= 0`` (``gamma = zeta omega``).
+    velocity : ``(H, D, D)`` initial-velocity map ``U``: ``x'(t_j) = U K_j``.
+    drive_cos, drive_sin : ``(H, M, D)`` drive gains ``g, h``.
+    drive_freqs : ``(M,)`` drive frequencies ``w_n`` (section 7: taken from the query bank).
+    """
+
+    omega: torch.Tensor
+    gamma: torch.Tensor
+    velocity: torch.Tensor
+    drive_cos: torch.Tensor
+    drive_sin: torch.Tensor
+    drive_freqs: torch.Tensor
+
+
+# --- propagator e^{A t} ---------------------------------------------------------------------------
+
+
+def damped_cos_sinc(omega, gamma, t) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(e^{-gamma t} c(t), e^{-gamma t} s(t))`` for ``t >= 0`` in every damping regime.
+
+    ``c = cos(sqrt(u) t)``, ``s = sin(sqrt(u) t)/sqrt(u)``, ``u = omega^2 - gamma^2`` continued
+    through ``u = 0`` (``c = 1, s = t``) to ``u < 0`` (``cosh, sinh(sigma t)/sigma``), seed 002
+    A.1.1-A.1.3 as one analytic function (digest 1.3). Branches: ``|u| t^2 <= 1`` power series
+    in ``u t^2``; underdamped ``cos, sin/omega_d``; overdamped
+    ``e^{-omega^2 t/(gamma + sigma)} (1 + e^{-2 sigma t})/2`` and
+    ``e^{-omega^2 t/(gamma + sigma)} (-expm1(-2 sigma t))/(2 sigma)`` (no cosh overflow).
+    Unused branches are evaluated at safe arguments so gradients stay finite.
+
+    Shapes: omega, gamma, t broadcast; returns two tensors of the broadcast shape.
+    """
+    omega, gamma, t = torch.broadcast_tensors(omega, gamma, t)
+    u = (omega - gamma) * (omega + gamma)  # factored: accurate near critical damping
+    z = u * t * t
+    series = z.abs() <= _SERIES_RADIUS
+    under = z > _SERIES_RADIUS
+    over = z < -_SERIES_RADIUS
+    damp = torch.exp(-gamma * t)
+
+    zs = torch.where(series, z, torch.zeros_like(z))
+    cos_sum = torch.zeros_like(z)
+    sinc_sum = torch.zeros_like(z)
+    for a_cos, a_sinc in zip(_COS_SERIES[::-1], _SINC_SERIES[::-1], strict=True):
+        cos_sum = cos_sum * zs + a_cos
+        sinc_sum = sinc_sum * zs + a_sinc
+    c = damp * cos_sum
+    s = damp * t * sinc_sum
+
+    one = torch.ones_like(u)
+    wd = torch.sqrt(torch.where(under, u, one))  # u > 0 on this branch; 1 elsewhere (unused)
+    c = torch.where(under, damp * torch.cos(wd * t), c)
+    s = torch.where(under, damp * torch.sin(wd * t) / wd, s)
+
+    sigma = torch.sqrt(torch.where(over, -u, one))  # -u > 0 on this branch; 1 elsewhere
+    grow = torch.exp(-omega * omega * t / (gamma + sigma))  # e^{-(gamma - sigma) t}
+    c = torch.where(over, grow * 0.5 * (1.0 + torch.exp(-2.0 * sigma * t)), c)
+    s = torch.where(over, grow * -torch.expm1(-2.0 * sigma * t) / (2.0 * sigma), s)
+    return c, s
+
+
+def propagator(omega, gamma, t) -> torch.Tensor:
+    """``e^{A t}``, ``A = [[0, 1], [-omega^2, -2 gamma]]`` (seed 002 eq. 11, A.1.2, A.1.3), t >= 0.
+
+    ``e^{At} = e^{-gamma t}(c I + s (A + gamma I))`` with the damped ``c, s`` of
+    `damped_cos_sinc`. Shapes: broadcast(omega, gamma, t) + (2, 2).
+    """
+    c, s = damped_cos_sinc(omega, gamma, t)
+    omega, gamma = torch.broadcast_tensors(omega, gamma, c)[:2]
+    row0 = torch.stack([c + gamma * s, s], dim=-1)
+    row1 = torch.stack([-omega * omega * s, c - gamma * s], dim=-1)
+    return torch.stack([row0, row1], dim=-2)
+
+
+# --- query fit (A.4, A.5.1, section 7) -----------------------------------------------------------
+
+
+def _design(t: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
+    """``Phi = [cos(omega_m t) | sin(omega_m t)]``: ``(Bt, 1, T) -> (Bt, 1, T, 2J)``."""
+    phase = t.unsqueeze(-1) * freqs
+    return torch.cat([torch.cos(phase), torch.sin(phase)], dim=-1)
+
+
+def fit_query(q, t, freqs, *, ridge: float = 1e-3, causal: bool = True):
+    """Ridge fit of the queries on the sinusoidal bank (seed 002 eqs. 48-49, A.4; section 7).
+
+    ``[A; B] = (Phi^T Phi + ridge I)^{-1} Phi^T Q`` with ``Phi_n = [cos(omega_m t_n) |
+    sin(omega_m t_n)]``. ``causal=True`` fits row ``i`` on ``Q_1..Q_i`` only (prefix sums of
+    ``Phi^T Phi`` and ``Phi^T Q``, one ``2J x 2J`` solve per row; the seed leaves this choice
+    open, digest 1.6); ``causal=False`` fits one query function on all ``T`` rows.
+
+    Parameters
+    ----------
+    q : ``(B, H, T, D)``.  t : ``(Bt, 1, T)`` from `check_times`.  freqs : ``(J,)``.
+    ridge : ``> 0``; also makes the first rows (fewer points than ``2J``) well posed.
+
+    Returns
+    -------
+    ``(A, B)``, each ``(B, H, T, J, D)`` (``T`` copies of one fit when ``causal=False``).
+    """
+    if not ridge > 0:
+        raise ValueError(f"ridge must be > 0, found {ridge!r}")
+    n_modes = freqs.shape[0]
+    phi = _design(t, freqs)  # (Bt, 1, T, 2J)
+    gram = phi.unsqueeze(-1) * phi.unsqueeze(-2)  # (Bt, 1, T, 2J, 2J)
+    rhs = phi.unsqueeze(-1) * q.unsqueeze(-2)  # (B, H, T, 2J, D)
+    if causal:
+        gram, rhs = gram.cumsum(dim=2), rhs.cumsum(dim=2)
+    else:
+        gram, rhs = gram.sum(dim=2, keepdim=True), rhs.sum(dim=2, keepdim=True)
+    eye = torch.eye(2 * n_modes, dtype=q.dtype, device=q.device)
+    coef = torch.linalg.solve(gram + ridge * eye, rhs)  # (B, H, T or 1, 2J, D)
+    coef = coef.expand(q.shape[0], q.shape[1], q.shape[2], 2 * n_modes, q.shape[3])
+    return coef[..., :n_modes, :], coef[..., n_modes:, :]
+
+
+def query_at(coef_cos, coef_sin, freqs, times) -> torch.Tensor:
+    """``q_i(t) = sum_m A_im cos(omega_m t) + B_im sin(omega_m t)`` (eq. 49).
+
+    coef_* : ``(B, H, T, J, D)``; times : broadcastable to ``(B, H, T)``; returns ``(B, H, T, D)``.
+    """
+    phase = times.unsqueeze(-1) * freqs  # (.., T, J)
+    return (torch.cos(phase).unsqueeze(-1) * coef_cos).sum(-2) + (
+        torch.sin(phase).unsqueeze(-1) * coef_sin
+    ).sum(-2)
+
+
+# --- shared pieces -------------------------------------------------------------------------------
+
+
+def _check_params(p: OscillatorParams, heads: int, dim: int, name: str) -> None:
+    expected = {
+        "omega": (heads, dim),
+        "gamma": (heads, dim),
+        "velocity": (heads, dim, dim),
+        "drive_cos": (heads, p.drive_freqs.shape[0], dim),
+        "drive_sin": (heads, p.drive_freqs.shape[0], dim),
+    }
+    if p.drive_freqs.ndim != 1:
+        raise ValueError(f"{name}.drive_freqs must have shape (M,), found {p.drive_freqs.shape}")
+    for field, shape in expected.items():
+        found = tuple(getattr(p, field).shape)
+        if found != shape:
+            raise ValueError(f"{name}.{field} must have shape {shape}, found {found}")
+    if (p.omega <= 0).any():
+        raise ValueError(f"{name}.omega must be > 0, found min {p.omega.min().item():.3g}")
+    if (p.gamma < 0).any():
+        raise ValueError(f"{name}.gamma must be >= 0, found min {p.gamma.min().item():.3g}")
+
+
+def _masked_lags(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(Delta, causal)``: ``Delta_ij = t_i - t_j`` set to 0 where ``j > i`` (``(Bt,1,T,T)``).
+
+    Masked lags are zeroed before any exponential: ``e^{-gamma Delta}`` at ``Delta < 0`` would
+    overflow (and poison gradients through ``where``).
+    """
+    lag = t.unsqueeze(-1) - t.unsqueeze(-2)
+    steps = t.shape[-1]
+    causal = torch.ones(steps, steps, dtype=torch.bool, device=t.device).tril()
+    return torch.where(causal, lag, torch.zeros_like(lag)), causal
+
+
+def _anchor_state(x, p: OscillatorParams):
+    """Steady amplitudes ``beta`` and the propagated anchor state ``z`` of every key/value.
+
+    x : ``(B, H, T, D)``. Returns ``beta (B, H, T, M, D)`` complex and ``z0, z1 (B, H, T, D)``.
+    """
+    w = p.drive_freqs.to(x.dtype)[:, None]  # (M, 1)
+    om, ga = p.omega[:, None, :], p.gamma[:, None, :]  # (H, 1, D)
+    # H(w) = 1/(omega^2 - w^2 + 2 i gamma w), with omega^2 - w^2 factored (accurate near w = omega)
+    resp = 1.0 / torch.complex((om - w) * (om + w), 2.0 * ga * w)  # (H, M, D)
+    gain = torch.complex(p.drive_cos, -p.drive_sin) * resp  # (H, M, D)
+    beta = gain.unsqueeze(1) * x.unsqueeze(-2)  # (B, H, T, M, D)
+    x_ss0 = beta.real.sum(-2)
+    v_ss0 = -(w * beta.imag).sum(-2)  # Re(i w beta)
+    velocity = torch.einsum("hcd,bhtd->bhtc", p.velocity, x)
+    return beta, x - x_ss0, velocity - v_ss0
+
+
+def _damped_kernel(omega, gamma, lag, freq):
+    """``w = e_1^T (A + i freq)^{-1} (E(lag) e^{i freq lag} - I)`` as two complex tensors.
+
+    omega, gamma : ``(H, 1, 1, D)``; lag : ``(Bt, 1, T, T, 1)``; freq : float or 0-d tensor.
+    ``(A + i f)^{-1} = [[i f - 2 gamma, -1], [omega^2, i f]] / (omega^2 - f^2 - 2 i gamma f)``.
+    """
+    E = propagator(omega, gamma, lag)
+    phase = torch.polar(torch.ones_like(lag), freq * lag)
+    det = torch.complex((omega - freq) * (omega + freq), -2.0 * gamma * freq)
+    lead = torch.complex(-2.0 * gamma, freq * torch.ones_like(gamma))
+    w0 = (lead * (E[..., 0, 0] * phase - 1.0) - E[..., 1, 0] * phase) / det
+    w1 = (lead * E[..., 0, 1] * phase - (E[..., 1, 1] * phase - 1.0)) / det
+    return w0, w1
+
+
+def _box(lam, lag):
+    """``L = int_0^lag e^{i lam s} ds = lag e^{i lam lag/2} sinc(lam lag/2)`` (sinc: no 1/lam)."""
+    half = 0.5 * lam * lag
+    return torch.polar(lag * torch.sinc(half / math.pi), half)
+
+
+# --- logits and values ---------------------------------------------------------------------------
+
+
+def oscillator_logits(
+    q, k, t=None, *, params: OscillatorParams, freqs, ridge=1e-3, causal_fit=True
+):
+    """Resonance logits ``alpha_ij`` (seed 002 eqs. 71-75 + the homogeneous term, Def. 1).
+
+    Parameters
+    ----------
+    q, k : ``(B, H, T, D)`` projected queries and keys (``k`` = anchor positions ``K_j``).
+    t : ``None`` (``t_i = i``), ``(T,)`` or ``(B, T)`` strictly increasing time stamps.
+    params : key `OscillatorParams`.  freqs : ``(J,)`` query bank ``omega_m > 0``.
+    ridge, causal_fit : see `fit_query`.
+
+    Returns
+    -------
+    ``(B, H, T, T)`` unscaled logits; entries with ``j > i`` (future keys) are 0 (mask them).
+    """
+    batch, heads, steps, dim, _ = check_qkv(q, k, k)
+    _check_params(params, heads, dim, "params")
+    t = check_times(t, steps, like=q)
+    freqs = torch.as_tensor(freqs, dtype=q.dtype, device=q.device)
+    coef_cos, coef_sin = fit_query(q, t, freqs, ridge=ridge, causal=causal_fit)
+    amp = torch.complex(coef_cos, -coef_sin)  # a_m = A_m - i B_m, (B, H, T, J, D)
+    lag, causal = _masked_lags(t)  # (Bt, 1, T, T)
+    beta, z0, z1 = _anchor_state(k, params)
+    om = params.omega[:, None, None, :]
+    ga = params.gamma[:, None, None, :]
+    lag5 = lag.unsqueeze(-1)
+    total = torch.zeros(batch, heads, steps, steps, dtype=amp.dtype, device=q.device)
+    for m in range(freqs.shape[0]):
+        rot = torch.polar(torch.ones_like(t), freqs[m] * t)  # e^{i omega_m t_j}, (Bt, 1, T)
+        w0, w1 = _damped_kernel(om, ga, lag5, freqs[m])  # (Bt, H, T, T, D)
+        inner = w0 * z0.unsqueeze(2) + w1 * z1.unsqueeze(2)  # (B, H, T, T, D)
+        total = total + torch.einsum("bhic,bhijc->bhij", amp[..., m, :], inner) * rot.unsqueeze(2)
+        for n in range(params.drive_freqs.shape[0]):
+            wn = params.drive_freqs[n]
+            pair = torch.einsum("bhic,bhjc->bhij", amp[..., m, :], beta[..., n, :])
+            pair_c = torch.einsum("bhic,bhjc->bhij", amp[..., m, :], beta[..., n, :].conj())
+            steady = pair * _box(freqs[m] + wn, lag) + pair_c * _box(freqs[m] - wn, lag)
+            total = total + 0.5 * steady * rot.unsqueeze(2)
+    diag = lag == 0  # i = j (masked entries are also 0 but are discarded by the mask)
+    safe = torch.where(diag, torch.ones_like(lag), lag)
+    q_now = query_at(coef_cos, coef_sin, freqs, t.squeeze(1))  # q_i(t_i), (B, H, T, D)
+    on_diag = torch.diag_embed((q_now * k).sum(-1))
+    logits = torch.where(diag, on_diag, total.real / safe)
+    return torch.where(causal, logits, torch.zeros_like(logits))
+
+
+def oscillator_values(v, t=None, *, params: OscillatorParams, readout: str = "average"):
+    """Value trajectories read out per pair: ``(B, H, T, T, Dv)`` (seed 002 section 6 step 6).
+
+    ``readout="average"``: ``vbar_ij = (1/Delta) int_0^Delta v_j(t_j + s) ds`` (ContiFormer,
+    eq. 104), ``vbar_ii = V_i``; ``"endpoint"``: ``vbar_ij = v_j(t_i)`` (App. E.2). ``v_j`` is the
+    driven oscillator of the module docstring with the value parameters. Entries ``j > i`` are 0.
+    """
+    if readout not in ("average", "endpoint"):
+        raise ValueError(f"readout must be 'average' or 'endpoint', found {readout!r}")
+    if v.ndim != 4:
+        raise ValueError(f"v must have shape (B, H, T, Dv), found {tuple(v.shape)}")
+    batch, heads, steps, dim = v.shape
+    _check_params(params, heads, dim, "params")
+    t = check_times(t, steps, like=v)
+    lag, causal = _masked_lags(t)
+    beta, z0, z1 = _anchor_state(v, params)
+    om = params.omega[:, None, None, :]
+    ga = params.gamma[:, None, None, :]
+    lag5 = lag.unsqueeze(-1)  # (Bt, 1, T, T, 1)
+    beta = beta.unsqueeze(2)  # (B, H, 1, T, M, D)
+    drive_freqs = params.drive_freqs.to(v.dtype)[:, None]  # (M, 1)
+    if readout == "endpoint":
+        E = propagator(om, ga, lag5)
+        out = E[..., 0, 0] * z0.unsqueeze(2) + E[..., 0, 1] * z1.unsqueeze(2)
+        phase = torch.polar(torch.ones_like(lag5.unsqueeze(-1)), drive_freqs * lag5.unsqueeze(-1))
+        out = out + (beta * phase).real.sum(-2)
+    else:
+        w0, w1 = _damped_kernel(om, ga, lag5, 0.0)
+        integral = (w0 * z0.unsqueeze(2) + w1 * z1.unsqueeze(2)).real
+        integral = integral + (beta * _box(drive_freqs, lag5.unsqueeze(-1))).real.sum(-2)
+        diag = (lag == 0).unsqueeze(-1)
+        safe = torch.where(diag, torch.ones_like(lag5), lag5)
+        out = torch.where(
+            diag, v.unsqueeze(2).expand(batch, heads, steps, steps, dim), integral / safe
+        )
+    return torch.where(causal.unsqueeze(-1), out, torch.zeros_like(out))
+
+
+def oscillator_attention(
+    q,
+    k,
+    v,
+    t=None,
+    *,
+    key_params: OscillatorParams,
+    value_params: OscillatorParams,
+    freqs,
+    ridge: float = 1e-3,
+    causal_fit: bool = True,
+    readout: str = "average",
+    scale: float | None = None,
+    need_weights: bool = False,
+):
+    """Causal oscillator attention ``y_i = sum_{j<=i} softmax_j(scale alpha_ij) vbar_ij``.
+
+    Seed 002 eq. (79) and Def. 2 (future keys masked), logits from `oscillator_logits`, values
+    from `oscillator_values`; ``scale`` defaults to ``1/sqrt(D)``. The layer is causal by
+    construction (keys exist only after their anchor); it is invariant to ``t -> t + c`` (drives
+    and keys live in ``t - t_j``, and the ridge fit of the query commutes with the shift, which
+    rotates each ``(A_m, B_m)`` pair orthogonally).
+
+    Returns ``(out (B, H, T, Dv), weights (B, H, T, T) or None)``.
+    """
+    check_qkv(q, k, v)
+    logits = oscillator_logits(
+        q, k, t, params=key_params, freqs=freqs, ridge=ridge, causal_fit=causal_fit
+    )
+    values = oscillator_values(v, t, params=value_params, readout=readout)
+    steps = q.shape[2]
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    causal = torch.ones(steps, steps, dtype=torch.bool, device=q.device).tril()
+    logits = torch.where(causal, logits * scale, torch.full_like(logits, float("-inf")))
+    weights = torch.softmax(logits, dim=-1)
+    out = torch.einsum("bhij,bhijd->bhid", weights, values)
+    return out, (weights if need_weights else None)

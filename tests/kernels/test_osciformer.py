@@ -1,0 +1,324 @@
+"""OsciFormer oscillator attention (seed 002) against its float64 references.
+
+Oracles: `estimators.oscillator_reference` (DOP853 ODE integration of every key/value with the
+attention integrals as extra components, rtol 1e-12) and `estimators.closed_forms.oscillator`
+(the float64 propagators). Measured agreement: logits and outputs ~1e-12 (asserted at 1e-8, the
+issue's tolerance, leaving room for the solver's error control), propagators exact to round-off.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from estimators import oscillator_reference as ref
+from estimators.closed_forms import oscillator as closed
+from kernels.functional import oscillator as osc
+from kernels.layers.osciformer import OscillatorAttention
+from tests.kernels.helpers import assert_close
+
+F64 = torch.float64
+FREQS = [0.3, 0.9, 1.7, 3.1]
+DRIVE_FREQS = [0.9, 2.0]
+REGIMES = {
+    "under": [0.3, 0.7, 0.1],
+    "critical": [1.0, 1.0 + 1e-9, 1.0 - 1e-9],
+    "over": [1.5, 3.0, 1.2],
+}
+
+
+def _setup(zeta, *, steps=6, dim=3, seed=0, dtype=F64):
+    g = torch.Generator().manual_seed(seed)
+    t = torch.cumsum(0.2 + torch.rand(steps, generator=g, dtype=F64), 0).to(dtype)
+    q, k, v = (torch.randn(1, 1, steps, dim, generator=g, dtype=F64).to(dtype) for _ in range(3))
+    omega = torch.tensor([[1.3, 0.8, 2.1][:dim]], dtype=F64)
+    params = []
+    for _ in range(2):
+        params.append(
+            osc.OscillatorParams(
+                omega=omega.to(dtype),
+                gamma=(omega * torch.tensor(zeta[:dim], dtype=F64)).to(dtype),
+                velocity=(0.3 * torch.randn(1, dim, dim, generator=g, dtype=F64)).to(dtype),
+                drive_cos=torch.randn(1, 2, dim, generator=g, dtype=F64).to(dtype),
+                drive_sin=torch.randn(1, 2, dim, generator=g, dtype=F64).to(dtype),
+                drive_freqs=torch.tensor(DRIVE_FREQS, dtype=dtype),
+            )
+        )
+    return t, q, k, v, params[0], params[1]
+
+
+def _np_params(p):
+    return {
+        "omega": p.omega[0].numpy(),
+        "gamma": p.gamma[0].numpy(),
+        "velocity": p.velocity[0].numpy(),
+        "drive_cos": p.drive_cos[0].numpy(),
+        "drive_sin": p.drive_sin[0].numpy(),
+        "drive_freqs": p.drive_freqs.numpy(),
+    }
+
+
+# --- oracle -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("regime", sorted(REGIMES))
+def test_logits_match_ode_reference(regime):
+    """Closed-form logits (hom + driven, eq. 75) = ODE + quadrature, irregular times."""
+    t, q, k, _, kp, _ = _setup(REGIMES[regime])
+    got = osc.oscillator_logits(q, k, t, params=kp, freqs=torch.tensor(FREQS, dtype=F64))
+    want = ref.oscillator_logits(
+        q[0, 0].numpy(), k[0, 0].numpy(), t.numpy(), freqs=np.array(FREQS), **_np_params(kp)
+    )
+    lower = torch.ones(6, 6, dtype=torch.bool).tril()
+    assert_close(f"logits[{regime}]", got[0, 0][lower], torch.from_numpy(want)[lower], atol=1e-8)
+    assert (got[0, 0][~lower] == 0).all()
+
+
+@pytest.mark.parametrize("readout", ["average", "endpoint"])
+def test_attention_matches_ode_reference(readout):
+    """Whole layer (softmax of logits over value read-outs) = the numerical reference."""
+    t, q, k, v, kp, vp = _setup(REGIMES["over"][:1] + REGIMES["under"][1:])
+    freqs = torch.tensor(FREQS, dtype=F64)
+    out, w = osc.oscillator_attention(
+        q, k, v, t, key_params=kp, value_params=vp, freqs=freqs, readout=readout,
+        need_weights=True,
+    )  # fmt: skip
+    out_ref, w_ref = ref.oscillator_attention(
+        q[0, 0].numpy(), k[0, 0].numpy(), v[0, 0].numpy(), t.numpy(),
+        key=_np_params(kp), value=_np_params(vp), freqs=np.array(FREQS), readout=readout,
+    )  # fmt: skip
+    assert_close("weights", w[0, 0], torch.from_numpy(w_ref), atol=1e-8)
+    assert_close(f"out[{readout}]", out[0, 0], torch.from_numpy(out_ref), atol=1e-8)
+
+
+def test_query_fit_matches_numpy_and_reproduces_sinusoid():
+    """Causal prefix ridge fit = per-row numpy solve; a J-mode sinusoid is recovered."""
+    g = torch.Generator().manual_seed(3)
+    t = torch.cumsum(0.3 + torch.rand(12, generator=g, dtype=F64), 0)
+    freqs = torch.tensor(FREQS, dtype=F64)
+    q = torch.randn(1, 1, 12, 2, generator=g, dtype=F64)
+    A, B = osc.fit_query(q, t.view(1, 1, -1), freqs, ridge=1e-3)
+    A_ref, B_ref = ref.fit_query(q[0, 0].numpy(), t.numpy(), FREQS, ridge=1e-3)
+    assert_close("A", A[0, 0], torch.from_numpy(A_ref), atol=1e-9)
+    assert_close("B", B[0, 0], torch.from_numpy(B_ref), atol=1e-9)
+    true_a, true_b = (
+        torch.randn(4, 2, generator=g, dtype=F64),
+        torch.randn(4, 2, generator=g, dtype=F64),
+    )
+    signal = osc.query_at(true_a, true_b, freqs, t.view(-1, 1).expand(12, 1)).view(1, 1, 12, 2)
+    A, B = osc.fit_query(signal, t.view(1, 1, -1), freqs, ridge=1e-12, causal=False)
+    fitted = osc.query_at(A[0, 0], B[0, 0], freqs, t)
+    assert_close("sinusoid refit", fitted, signal[0, 0], atol=1e-6)
+
+
+def test_propagator_matches_closed_forms():
+    """Torch ``e^{At}`` = `estimators.closed_forms.oscillator.propagator` in all regimes."""
+    omega = np.array([1.3, 1.0, 1.0, 1.0, 0.5, 2.0, 0.0, 1e-3])
+    gamma = np.array([0.4, 1.0, 1.0 + 1e-9, 1.0 - 1e-9, 2.0, 900.0, 0.0, 5.0])
+    t = np.concatenate([np.linspace(0.0, 5.0, 11), [0.37, 40.0]])[:, None]
+    got = osc.propagator(torch.tensor(omega), torch.tensor(gamma), torch.tensor(t))
+    want = closed.propagator(omega, gamma, t)
+    assert_close("propagator", got, torch.from_numpy(want), atol=1e-12, rtol=1e-12)
+
+
+def test_near_critical_damping_finite_and_continuous():
+    """zeta = 1 - 1e-9, 1, 1 + 1e-9: finite logits that agree to ~1e-8 (continuity)."""
+    freqs = torch.tensor(FREQS, dtype=F64)
+    results = []
+    for zeta in (1.0 - 1e-9, 1.0, 1.0 + 1e-9):
+        t, q, k, _, kp, _ = _setup([zeta] * 3, seed=1)
+        logits = osc.oscillator_logits(q, k, t, params=kp, freqs=freqs)
+        assert torch.isfinite(logits).all()
+        results.append(logits)
+    for other in results[::2]:
+        assert_close("zeta continuity", other, results[1], atol=1e-8)
+    # fp32 on the same inputs: finite and within fp32 round-off of the float64 value
+    t, q, k, _, kp, _ = _setup([1.0] * 3, seed=1, dtype=torch.float32)
+    low = osc.oscillator_logits(q, k, t, params=kp, freqs=freqs.float())
+    assert_close("fp32 critical", low.double(), results[1], atol=1e-3)
+
+
+# --- Theorem 1 on a constructed bank (digest section 3, Alg. E) --------------------------------
+
+
+@pytest.mark.parametrize("n_modes", [8, 32])
+def test_theorem1_bounds_on_fejer_bank(n_modes):
+    """Fejer cosine bank (Def. 3, Lemmas 2-4) realised by undamped oscillators via `propagator`.
+
+    Checks Lemma 4 (the bank reproduces the phase-shifted Fejer polynomial exactly) and the
+    Theorem 1 bounds ``|d alpha| <= ||q||_inf eps`` and ``||d w||_1 <= ||q||_inf eps / sqrt(d_k)``
+    (averages by the trapezoid rule on one grid, for which both bounds hold as well).
+    """
+    a, b, d_k = 0.0, 2.0, 2
+    L = b - a
+    grid = np.linspace(a, b, 2001)
+    anchors = [0, 300, 700, 1100, 1500]
+    omegas = np.arange(n_modes + 1) * math.pi / L
+
+    def key(i, s):
+        return np.stack([np.sin(2.0 * s + i), np.exp(-s) * np.cos(3.0 * s) * (1.0 + 0.1 * i)], -1)
+
+    def query(s):
+        return np.stack([np.cos(s), np.sin(1.5 * s) + 0.5], -1)
+
+    realised = []
+    for idx in anchors:
+        ti = grid[idx]
+        ext = key(idx, np.maximum(grid, ti))  # constant extension on [a, t_i]
+        basis = np.cos(np.outer(grid - a, omegas))  # (G, M+1)
+        coef = 2.0 / L * np.trapezoid(ext[:, None, :] * basis[:, :, None], grid, axis=0)
+        coef[0] /= 2.0
+        coef *= (1.0 - np.arange(n_modes + 1) / (n_modes + 1))[:, None]  # Fejer weights
+        phi = omegas * (ti - a)
+        c_t, s_t = coef * np.cos(phi)[:, None], -coef * np.sin(phi)[:, None]  # Lemma 3
+        z0 = np.stack([c_t, omegas[:, None] * s_t], -1)  # Lemma 4: (M+1, d_k, 2)
+        lag = torch.tensor(grid[idx:] - ti)[:, None]
+        E = osc.propagator(torch.tensor(omegas), torch.zeros(1, dtype=F64), lag)  # (G, M+1, 2, 2)
+        x = torch.einsum("gnij,ndj->gndi", E, torch.from_numpy(z0).expand(-1, d_k, -1))[..., 0]
+        k_tilde = x.sum(1).numpy()  # readout (80): (G - idx, d_k)
+        fejer = (coef[None] * basis[idx:, :, None]).sum(1)
+        assert np.abs(k_tilde - fejer).max() < 1e-10  # Lemma 4: exact realisation
+        realised.append(k_tilde)
+
+    eps = max(
+        np.linalg.norm(key(idx, grid[idx:]) - kt, axis=-1).max()
+        for idx, kt in zip(anchors, realised, strict=True)
+    )
+    q_inf = np.linalg.norm(query(grid), axis=-1).max()
+
+    def logits(keys, j):
+        out = []
+        for idx, kf in zip(anchors, keys, strict=True):
+            if idx > j:
+                break
+            if idx == j:
+                out.append(query(grid[j]) @ kf[0])
+                continue
+            span = grid[idx : j + 1]
+            inner = (query(span) * kf[: j + 1 - idx]).sum(-1)
+            out.append(np.trapezoid(inner, span) / (span[-1] - span[0]))
+        return np.array(out)
+
+    true_keys = [key(idx, grid[idx:]) for idx in anchors]
+    for j in anchors[1:] + [2000]:
+        x, y = logits(true_keys, j), logits(realised, j)
+        assert np.abs(x - y).max() <= q_inf * eps
+        wx, wy = (np.exp(z / math.sqrt(d_k) - (z / math.sqrt(d_k)).max()) for z in (x, y))
+        assert np.abs(wx / wx.sum() - wy / wy.sum()).sum() <= q_inf * eps / math.sqrt(d_k)
+
+
+# --- properties ------------------------------------------------------------------------------
+
+
+def _module(**kw):
+    return OscillatorAttention(8, 2, num_modes=3, generator=torch.Generator().manual_seed(5),
+                               dtype=F64, **kw)  # fmt: skip
+
+
+def test_module_initialisation_and_weights():
+    """Seed 002 section 7 init ranges; weights are causal probability rows; generator repeats."""
+    layer = _module()
+    for role in ("key", "value"):
+        p = layer.oscillator_params(role)
+        zeta = p.gamma / p.omega
+        assert (p.omega >= 1e-2 * (1 - 1e-9)).all() and (p.omega <= 10 * (1 + 1e-9)).all()
+        assert (zeta >= 0.05 - 1e-12).all() and (zeta <= 0.4 + 1e-12).all()
+        assert (p.velocity == 0).all()
+    x = torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(1), dtype=F64)
+    out, w = layer(x, need_weights=True)
+    assert out.shape == (2, 5, 8) and w.shape == (2, 2, 5, 5)
+    assert_close("row sums", w.sum(-1), torch.ones(2, 2, 5, dtype=F64), atol=1e-12)
+    assert (w.triu(1) == 0).all()
+    out2, none = _module()(x)
+    assert none is None
+    assert torch.equal(out, out2)
+
+
+def test_no_leakage_from_future():
+    """Perturbing tokens j > i leaves outputs 0..i unchanged (causal fit, keys, values)."""
+    layer = _module()
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(1, 6, 8, generator=g, dtype=F64)
+    t = torch.cumsum(0.5 + torch.rand(6, generator=g, dtype=F64), 0)
+    y = x.clone()
+    y[:, 4:] += torch.randn(1, 2, 8, generator=g, dtype=F64)
+    out_x, _ = layer(x, t)
+    out_y, _ = layer(y, t)
+    assert_close("past outputs", out_y[:, :4], out_x[:, :4], atol=1e-13)
+    assert (out_y[:, 4:] - out_x[:, 4:]).abs().max() > 1e-3
+
+
+def test_time_shift_invariance():
+    """``t -> t + c`` leaves the layer unchanged (drives in t - t_j; ridge fit commutes)."""
+    layer = _module(freq_range=(0.2, 3.0))
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(2, 5, 8, generator=g, dtype=F64)
+    t = torch.cumsum(0.3 + torch.rand(2, 5, generator=g, dtype=F64), -1)
+    out, w = layer(x, t, need_weights=True)
+    out_s, w_s = layer(x, t + 7.3, need_weights=True)
+    assert_close("shifted weights", w_s, w, atol=1e-9)
+    assert_close("shifted output", out_s, out, atol=1e-9)
+
+
+def test_gradcheck_functional():
+    """Float64 gradcheck through logits, query fit, values and every oscillator parameter."""
+    t, q, k, v, kp, vp = _setup([0.4, 1.0, 2.0], steps=3, dim=3, seed=7)
+    freqs = torch.tensor(FREQS[:2], dtype=F64)
+    leaves = [q, k, v, kp.omega, kp.gamma, kp.velocity, kp.drive_cos, vp.gamma, vp.drive_sin]
+    leaves = [x.clone().requires_grad_() for x in leaves]
+
+    def fn(q, k, v, omega, gamma, velocity, dcos, vgamma, vsin):
+        key = kp._replace(omega=omega, gamma=gamma, velocity=velocity, drive_cos=dcos)
+        value = vp._replace(gamma=vgamma, drive_sin=vsin)
+        return osc.oscillator_attention(q, k, v, t, key_params=key, value_params=value,
+                                        freqs=freqs)[0]  # fmt: skip
+
+    assert torch.autograd.gradcheck(fn, leaves)
+
+
+def test_fp32_long_irregular_and_weak_damping_finite():
+    """fp32 with time stamps up to ~8192 (T = 256, irregular) and with zeta -> 0: finite."""
+    steps = 256
+    g = torch.Generator().manual_seed(8)
+    t = torch.cumsum(64.0 * torch.rand(steps, generator=g) + 0.01, 0)
+    q, k, v = (torch.randn(1, 1, steps, 2, generator=g) for _ in range(3))
+    for zeta in (0.3, 1e-6):
+        p = osc.OscillatorParams(
+            omega=torch.tensor([[0.05, 4.0]]),
+            gamma=zeta * torch.tensor([[0.05, 4.0]]),
+            velocity=torch.zeros(1, 2, 2),
+            drive_cos=0.1 * torch.ones(1, 2, 2),
+            drive_sin=0.1 * torch.ones(1, 2, 2),
+            drive_freqs=torch.tensor([0.3, 1.1]),
+        )
+        freqs = torch.tensor([0.3, 1.1])
+        out, w = osc.oscillator_attention(
+            q, k, v, t, key_params=p, value_params=p, freqs=freqs, need_weights=True
+        )
+        assert torch.isfinite(out).all() and torch.isfinite(w).all()
+
+
+def test_errors_name_the_argument():
+    t, q, k, v, kp, vp = _setup(REGIMES["under"])
+    freqs = torch.tensor(FREQS, dtype=F64)
+    with pytest.raises(ValueError, match="strictly increasing"):
+        osc.oscillator_logits(q, k, t.flip(0), params=kp, freqs=freqs)
+    with pytest.raises(ValueError, match="q and k"):
+        osc.oscillator_logits(q, k[..., :2], t, params=kp, freqs=freqs)
+    with pytest.raises(ValueError, match="params.omega"):
+        osc.oscillator_logits(q, k, t, params=kp._replace(omega=kp.omega[:, :2]), freqs=freqs)
+    with pytest.raises(ValueError, match="params.gamma must be >= 0"):
+        osc.oscillator_logits(q, k, t, params=kp._replace(gamma=-kp.gamma), freqs=freqs)
+    with pytest.raises(ValueError, match="ridge"):
+        osc.oscillator_logits(q, k, t, params=kp, freqs=freqs, ridge=0.0)
+    with pytest.raises(ValueError, match="readout"):
+        osc.oscillator_values(v, t, params=vp, readout="mean")
+    with pytest.raises(ValueError, match="divisible"):
+        OscillatorAttention(8, 3)
+    with pytest.raises(ValueError, match="zeta_range"):
+        OscillatorAttention(8, 2, zeta_range=(0.0, 0.4))
+    with pytest.raises(ValueError, match=r"\(B, T, 8\)"):
+        _module()(torch.zeros(1, 4, 6, dtype=F64))
