@@ -36,6 +36,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_sde.py
 	$(PY) benchmarks/bench_kalman.py
 	$(PY) benchmarks/bench_attention.py
+	$(PY) benchmarks/bench_oscillator.py
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .ruff_cache .hypothesis

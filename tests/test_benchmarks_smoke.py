@@ -22,6 +22,7 @@ from tests.conftest import REPO_ROOT
         ),
         (["benchmarks/bench_scan.py", "--quick"], "blelloch"),
         (["benchmarks/bench_attention.py", "--quick", "--no-memory"], "isotropic AFA"),
+        (["benchmarks/bench_oscillator.py", "--quick"], "closed"),
         (["benchmarks/bench_attention.py", "--probe-memory", "isotropic AFA", "32"], "peak_mib"),
     ],
 )

@@ -340,7 +340,7 @@ def oscillator_logits(
             total = total + 0.5 * steady * rot.unsqueeze(2)
     diag = lag == 0  # i = j (masked entries are also 0 but are discarded by the mask)
     safe = torch.where(diag, torch.ones_like(lag), lag)
-    q_now = query_at(coef_cos, coef_sin, freqs, t.squeeze(1))  # q_i(t_i), (B, H, T, D)
+    q_now = query_at(coef_cos, coef_sin, freqs, t)  # q_i(t_i), (B, H, T, D)
     on_diag = torch.diag_embed((q_now * k).sum(-1))
     logits = torch.where(diag, on_diag, total.real / safe)
     return torch.where(causal, logits, torch.zeros_like(logits))

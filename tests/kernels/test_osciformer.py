@@ -263,6 +263,19 @@ def test_time_shift_invariance():
     assert_close("shifted output", out_s, out, atol=1e-9)
 
 
+def test_per_sequence_times_equal_one_sequence_at_a_time():
+    """``(B, T)`` stamps with ``B != H``: each sequence as if run alone with its ``(T,)`` stamps."""
+    layer = _module(freq_range=(0.2, 3.0))
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(3, 5, 8, generator=g, dtype=F64)
+    t = torch.cumsum(0.3 + torch.rand(3, 5, generator=g, dtype=F64), -1)
+    out, w = layer(x, t, need_weights=True)
+    for b in range(3):
+        out_b, w_b = layer(x[b : b + 1], t[b], need_weights=True)
+        assert_close(f"output of sequence {b}", out[b : b + 1], out_b, atol=1e-12)
+        assert_close(f"weights of sequence {b}", w[b : b + 1], w_b, atol=1e-12)
+
+
 def test_gradcheck_functional():
     """Float64 gradcheck through logits, query fit, values and every oscillator parameter."""
     t, q, k, v, kp, vp = _setup([0.4, 1.0, 2.0], steps=3, dim=3, seed=7)
