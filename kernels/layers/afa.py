@@ -40,6 +40,7 @@ from kernels._validation import check_heads, check_input
 from kernels.functional import afa, complex_pairs
 from kernels.layers.complex_linear import ComplexLinear, lift
 from kernels.layers.heads import merge_complex_heads, split_complex_heads
+from kernels.layers.parameters import inverse_softplus
 
 GATES = ("residual", "prediction-gate", None)
 
@@ -49,11 +50,6 @@ _INIT_DECAY = 0.1
 _INIT_PROCESS_VAR = 0.1
 _INIT_MEASUREMENT_VAR = 1.0
 _ROPE_BASE = 10000.0
-
-
-def inverse_softplus(x: torch.Tensor) -> torch.Tensor:
-    """``r`` with ``softplus(r) = x`` for ``x >= 0``: ``x + log(-expm1(-x))`` (``-inf`` at 0)."""
-    return x + torch.log(-torch.expm1(-x))
 
 
 class AdaptiveFilterAttention(nn.Module):

@@ -41,9 +41,9 @@ from torch import nn
 from kernels._validation import check_heads, check_input
 from kernels.functional import complex_pairs
 from kernels.functional.afa import isotropic_afa
-from kernels.layers.afa import inverse_softplus
 from kernels.layers.complex_linear import ComplexLinear, lift
 from kernels.layers.heads import merge_complex_heads, split_complex_heads
+from kernels.layers.parameters import inverse_softplus, seeded_linear
 
 PARTS = ("magnitude", "direction")
 
@@ -63,18 +63,6 @@ class AFABlockWeights(NamedTuple):
 def _floored_norm(x: torch.Tensor, eps: float) -> torch.Tensor:
     """``max(|x|, eps)`` over the last axis, keepdim; differentiable everywhere (also at 0)."""
     return (x * x).sum(-1, keepdim=True).clamp_min(eps * eps).sqrt()
-
-
-def _linear(fan_in: int, fan_out: int, generator, factory) -> nn.Linear:
-    """``nn.Linear`` with its default initialisation drawn from ``generator`` (no global RNG
-    when one is given): weight ``kaiming_uniform(a = sqrt 5)``, bias ``U(-1, 1) / sqrt(fan_in)``."""
-    device = factory["device"] if factory["device"] is not None else torch.get_default_device()
-    layer = nn.utils.skip_init(nn.Linear, fan_in, fan_out, device=device, dtype=factory["dtype"])
-    with torch.no_grad():
-        nn.init.kaiming_uniform_(layer.weight, a=math.sqrt(5), generator=generator)
-        bound = 1 / math.sqrt(fan_in)
-        nn.init.uniform_(layer.bias, -bound, bound, generator=generator)
-    return layer
 
 
 class AFATransformerBlock(nn.Module):
@@ -142,8 +130,8 @@ class AFATransformerBlock(nn.Module):
         # Only Re L_O(z) is used, so L_O's bias is real (an imaginary bias would be inert).
         self.out_proj = complex_linear(False)
         self.out_bias = nn.Parameter(torch.zeros(embed_dim, **factory)) if bias else None
-        self.ffn_in = _linear(embed_dim, ffn_hidden, generator, factory)
-        self.ffn_out = _linear(ffn_hidden, embed_dim, generator, factory)
+        self.ffn_in = seeded_linear(embed_dim, ffn_hidden, generator=generator, **factory)
+        self.ffn_out = seeded_linear(ffn_hidden, embed_dim, generator=generator, **factory)
 
         def raw(value):
             return nn.Parameter(inverse_softplus(torch.full((num_heads,), float(value), **factory)))

@@ -12,8 +12,6 @@ optional ``torch.Generator`` (no global RNG is touched).
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 
@@ -21,39 +19,11 @@ from kernels import _validation
 from kernels.functional import baselines
 from kernels.functional import positional as posenc
 from kernels.layers import heads as heads_mod
+from kernels.layers.parameters import seeded_linear
 
 POSITIONAL = ("sinusoidal", "learned", None)
 # Standard deviation of the learned position table at initialisation (GPT-2's convention).
 _LEARNED_STD = 0.02
-
-
-def make_linear(
-    in_features: int,
-    out_features: int,
-    *,
-    bias: bool = True,
-    generator: torch.Generator | None = None,
-    device=None,
-    dtype=None,
-) -> nn.Linear:
-    """``nn.Linear`` with PyTorch's default init ``U(-1/sqrt(in), 1/sqrt(in))`` drawn from
-    ``generator``; the module is built uninitialised, so the global RNG is never used."""
-    if device is None:  # skip_init builds on "meta", then allocates on this device
-        device = torch.get_default_device()
-    layer = torch.nn.utils.skip_init(
-        nn.Linear, in_features, out_features, bias=bias, device=device, dtype=dtype
-    )
-    bound = 1.0 / math.sqrt(in_features)
-    with torch.no_grad():
-        layer.weight.copy_(_uniform(layer.weight.shape, bound, generator, layer.weight))
-        if bias:
-            layer.bias.copy_(_uniform(layer.bias.shape, bound, generator, layer.bias))
-    return layer
-
-
-def _uniform(shape, bound: float, generator, like: torch.Tensor) -> torch.Tensor:
-    draw = torch.rand(shape, generator=generator, dtype=torch.float64, device=like.device)
-    return (2 * draw - 1) * bound
 
 
 class _ProjectedAttention(nn.Module):
@@ -86,10 +56,10 @@ class _ProjectedAttention(nn.Module):
         self.causal = causal
         inner = num_heads * head_dim
         kw = {"bias": bias, "generator": generator, "device": device, "dtype": dtype}
-        self.q_proj = make_linear(embed_dim, inner, **kw)
-        self.k_proj = make_linear(embed_dim, inner, **kw)
-        self.v_proj = make_linear(embed_dim, inner, **kw)
-        self.out_proj = make_linear(inner, embed_dim, **kw)
+        self.q_proj = seeded_linear(embed_dim, inner, **kw)
+        self.k_proj = seeded_linear(embed_dim, inner, **kw)
+        self.v_proj = seeded_linear(embed_dim, inner, **kw)
+        self.out_proj = seeded_linear(inner, embed_dim, **kw)
 
     def _project(self, x: torch.Tensor):
         _validation.check_input(x, self.embed_dim)

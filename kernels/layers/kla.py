@@ -39,6 +39,7 @@ from kernels.functional.kla import (
     kla_step,
     ou_prior,
 )
+from kernels.layers.parameters import inverse_softplus, seeded_linear
 
 # Floor of the value variance softplus(l) + floor (the authors' map): Lambda^v <= 1e4.
 _VALUE_VARIANCE_FLOOR = 1e-4
@@ -47,22 +48,6 @@ _NORM_FLOOR = 1e-6
 _INIT_DECAY = 1.0
 _INIT_DIFFUSION = 0.01
 _INIT_STEP_RANGE = (1e-3, 1e-1)
-
-
-def _inverse_softplus(y: torch.Tensor) -> torch.Tensor:
-    """``x`` with ``softplus(x) = y > 0``: ``log(expm1(y))``, as ``y + log(-expm1(-y))``."""
-    return y + torch.log(-torch.expm1(-y))
-
-
-def _linear(fan_in: int, fan_out: int, generator, factory) -> nn.Linear:
-    """``nn.Linear`` with its default initialisation drawn from ``generator``."""
-    device = factory["device"] if factory["device"] is not None else torch.get_default_device()
-    layer = nn.utils.skip_init(nn.Linear, fan_in, fan_out, device=device, dtype=factory["dtype"])
-    with torch.no_grad():
-        nn.init.kaiming_uniform_(layer.weight, a=math.sqrt(5), generator=generator)
-        bound = 1 / math.sqrt(fan_in)
-        nn.init.uniform_(layer.bias, -bound, bound, generator=generator)
-    return layer
 
 
 def _l2_normalise(x: torch.Tensor) -> torch.Tensor:
@@ -105,14 +90,16 @@ class KalmanLinearAttention(nn.Module):
         self.embed_dim, self.num_slots = embed_dim, num_slots
         self.p_convention, self.method = p_convention, method
         factory = {"device": device, "dtype": dtype}
-        self.in_proj = _linear(embed_dim, 2 * num_slots + 2 * embed_dim, generator, factory)
-        self.out_proj = _linear(embed_dim, embed_dim, generator, factory)
+        self.in_proj = seeded_linear(
+            embed_dim, 2 * num_slots + 2 * embed_dim, generator=generator, **factory
+        )
+        self.out_proj = seeded_linear(embed_dim, embed_dim, generator=generator, **factory)
         shape = (num_slots, embed_dim)
         ones = torch.ones(shape, dtype=torch.float64)
-        self.raw_decay = nn.Parameter(_inverse_softplus(_INIT_DECAY * ones).to(**factory))
+        self.raw_decay = nn.Parameter(inverse_softplus(_INIT_DECAY * ones).to(**factory))
         if process_noise:
             self.raw_diffusion = nn.Parameter(
-                _inverse_softplus(_INIT_DIFFUSION * ones).to(**factory)
+                inverse_softplus(_INIT_DIFFUSION * ones).to(**factory)
             )
         else:
             self.register_parameter("raw_diffusion", None)
@@ -120,7 +107,7 @@ class KalmanLinearAttention(nn.Module):
         gen_device = generator.device if generator is not None else device
         draw = torch.rand(shape, generator=generator, dtype=torch.float64, device=gen_device)
         step = torch.exp(lo + (hi - lo) * draw)
-        self.raw_step = nn.Parameter(_inverse_softplus(step).to(**factory))
+        self.raw_step = nn.Parameter(inverse_softplus(step).to(**factory))
 
     # --- pieces ---------------------------------------------------------------------------------
 

@@ -15,13 +15,9 @@ from torch.nn import functional as F
 from kernels._validation import check_heads, check_input
 from kernels.functional.oscillator import OscillatorParams, oscillator_attention
 from kernels.layers.heads import merge_heads, split_heads
+from kernels.layers.parameters import inverse_softplus
 
 __all__ = ["OscillatorAttention"]
-
-
-def _inverse_softplus(y: torch.Tensor) -> torch.Tensor:
-    """``x`` with ``softplus(x) = y > 0``: ``x = y + log(-expm1(-y))``."""
-    return y + torch.log(-torch.expm1(-y))
 
 
 class OscillatorAttention(nn.Module):
@@ -119,10 +115,10 @@ class OscillatorAttention(nn.Module):
             log_omega = torch.empty_like(raw_omega).uniform_(
                 math.log(w_low), math.log(w_high), generator=generator
             )
-            raw_omega.copy_(_inverse_softplus(log_omega.exp()))
+            raw_omega.copy_(inverse_softplus(log_omega.exp()))
             raw_zeta = getattr(self, f"{role}_raw_zeta")
             zeta = torch.empty_like(raw_zeta).uniform_(z_low, z_high, generator=generator)
-            raw_zeta.copy_(_inverse_softplus(zeta))
+            raw_zeta.copy_(inverse_softplus(zeta))
             getattr(self, f"{role}_velocity").zero_()
             for part in ("drive_cos", "drive_sin"):
                 gain = getattr(self, f"{role}_{part}")

@@ -43,6 +43,7 @@ from torch.nn import functional as F
 from kernels import _validation
 from kernels.functional import baselines, positional, rfa
 from kernels.layers import heads as heads_mod
+from kernels.layers.parameters import inverse_softplus
 
 # Initial steady-state process variance, measurement and anchor variances (seed 004 D.2 and
 # the public code's targets): integrative start, eta^2 > sigma~^2.
@@ -54,11 +55,6 @@ _INIT_ANCHOR_VAR = 1.0
 _INIT_OFFSET = 1e-4
 # Lower bound of nu in the map nu = 2 + n softplus(raw): the Student-t variance exists.
 _NU_MIN = 2.0
-
-
-def _inverse_softplus(y: torch.Tensor) -> torch.Tensor:
-    """``x`` with ``softplus(x) = y > 0``: ``log(expm1(y))``, as ``y + log(-expm1(-y))``."""
-    return y + torch.log(-torch.expm1(-y))
 
 
 class RobustFilterAttention(nn.Module):
@@ -179,18 +175,18 @@ class RobustFilterAttention(nn.Module):
             mu = baselines.head_parameter("decay", decay, num_heads, like).flatten()
         self._store("frequencies", omega.clone(), learn_frequencies, factory)
         self.learn_decay = learn_decay
-        raw_mu = _inverse_softplus(mu + _INIT_OFFSET) if learn_decay else mu.clone()
+        raw_mu = inverse_softplus(mu + _INIT_OFFSET) if learn_decay else mu.clone()
         self._store("decay_param", raw_mu, learn_decay, factory)
 
         ones = torch.ones(num_heads, dtype=torch.float64)
         process = _INIT_STEADY_VAR * ones if steady_state else 2 * mu * _INIT_STEADY_VAR
-        self.raw_process_var = nn.Parameter(_inverse_softplus(process + _INIT_OFFSET).to(**factory))
+        self.raw_process_var = nn.Parameter(inverse_softplus(process + _INIT_OFFSET).to(**factory))
         self.raw_measurement_var = nn.Parameter(
-            _inverse_softplus(_INIT_MEASUREMENT_VAR * ones).to(**factory)
+            inverse_softplus(_INIT_MEASUREMENT_VAR * ones).to(**factory)
         )
         if anchor_noise:
             self.raw_anchor_var = nn.Parameter(
-                _inverse_softplus(_INIT_ANCHOR_VAR * ones).to(**factory)
+                inverse_softplus(_INIT_ANCHOR_VAR * ones).to(**factory)
             )
         else:
             self.register_parameter("raw_anchor_var", None)
@@ -201,8 +197,8 @@ class RobustFilterAttention(nn.Module):
         if math.isinf(nu):
             self.register_parameter("raw_nu", None)
         else:
-            self.raw_nu = nn.Parameter(_inverse_softplus((nu - _NU_MIN) / n * ones).to(**factory))
-        self.raw_temperature = nn.Parameter(_inverse_softplus(temperature * ones).to(**factory))
+            self.raw_nu = nn.Parameter(inverse_softplus((nu - _NU_MIN) / n * ones).to(**factory))
+        self.raw_temperature = nn.Parameter(inverse_softplus(temperature * ones).to(**factory))
 
     # ---- construction helpers ------------------------------------------------------------
 
@@ -284,7 +280,7 @@ class RobustFilterAttention(nn.Module):
         if decay is not None:
             like = torch.empty(0, dtype=torch.float64)
             mu = baselines.head_parameter("decay", decay, H, like).flatten()
-            raw = _inverse_softplus(mu) if self.learn_decay else mu
+            raw = inverse_softplus(mu) if self.learn_decay else mu
             self.decay_param.copy_(raw)
         if frequencies is not None:
             freq = torch.as_tensor(frequencies, dtype=self.frequencies.dtype)
@@ -295,22 +291,22 @@ class RobustFilterAttention(nn.Module):
                 )
             self.frequencies.copy_(freq)
         if process_var is not None:
-            self.raw_process_var.copy_(_inverse_softplus(heads("process_var", process_var)))
+            self.raw_process_var.copy_(inverse_softplus(heads("process_var", process_var)))
         if measurement_var is not None:
             value = heads("measurement_var", measurement_var, self.variance_floor)
-            self.raw_measurement_var.copy_(_inverse_softplus(value))
+            self.raw_measurement_var.copy_(inverse_softplus(value))
         if anchor_var is not None:
             if self.raw_anchor_var is None:
                 raise ValueError("anchor_var given but the layer was built with anchor_noise=False")
             value = heads("anchor_var", anchor_var, self.variance_floor)
-            self.raw_anchor_var.copy_(_inverse_softplus(value))
+            self.raw_anchor_var.copy_(inverse_softplus(value))
         if nu is not None:
             if self.raw_nu is None:
                 raise ValueError("nu given but the layer was built with nu = inf")
             value = heads("nu", nu, _NU_MIN, self.head_dim)
-            self.raw_nu.copy_(_inverse_softplus(value))
+            self.raw_nu.copy_(inverse_softplus(value))
         if temperature is not None:
-            self.raw_temperature.copy_(_inverse_softplus(heads("temperature", temperature)))
+            self.raw_temperature.copy_(inverse_softplus(heads("temperature", temperature)))
 
     @torch.no_grad()
     def set_complex_weights(self, *, query=None, key=None, value=None, output=None) -> None:

@@ -41,9 +41,9 @@ from torch import nn
 from kernels._validation import check_heads, check_input
 from kernels.functional import afa, complex_pairs
 from kernels.functional.rt_afa import rt_afa
-from kernels.layers.afa import inverse_softplus
 from kernels.layers.complex_linear import ComplexLinear, lift
 from kernels.layers.heads import merge_complex_heads, split_complex_heads
+from kernels.layers.parameters import inverse_softplus
 
 GATES = ("residual", None)
 

@@ -47,16 +47,12 @@ from kernels.functional import complex_pairs
 from kernels.functional.rt_rfa import rt_rfa
 from kernels.layers.complex_linear import ComplexLinear
 from kernels.layers.heads import merge_complex_heads, split_complex_heads
+from kernels.layers.parameters import inverse_softplus
 
 UPDATES = ("first-order", "geodesic")
 # Stability constant of eq. 10 (``m^2 + eps``): a zero-magnitude value token gets a large but
 # finite angular variance instead of a division by zero; negligible for magnitudes >> 1e-3.
 _MAGNITUDE_EPS = 1e-6
-
-
-def _inverse_softplus(x: torch.Tensor) -> torch.Tensor:
-    """``raw`` with ``softplus(raw) = x`` (x > 0): ``x + log(-expm1(-x))``."""
-    return x + torch.log(-torch.expm1(-x))
 
 
 def spherical_update(z: torch.Tensor, delta: torch.Tensor, *, step: str) -> torch.Tensor:
@@ -174,7 +170,7 @@ class RTRobustFilterAttention(nn.Module):
             initial["radial_query_var"] = 0.1 * ones
         self._names = tuple(initial)
         for name, value in initial.items():
-            raw = _inverse_softplus(value).to(dtype or torch.get_default_dtype())
+            raw = inverse_softplus(value).to(dtype or torch.get_default_dtype())
             self.register_parameter(f"raw_{name}", nn.Parameter(raw.to(device)))
         k = torch.arange(n, **kw)
         freqs = (10000.0 ** (-k / n)).expand(num_heads, n).to(dtype or torch.get_default_dtype())

@@ -62,14 +62,10 @@ from kernels.functional.unrolled_afa import WEIGHTS, unrolled_afa
 from kernels.layers.afa import AdaptiveFilterAttention
 from kernels.layers.complex_linear import ComplexLinear, lift
 from kernels.layers.heads import merge_complex_heads, split_complex_heads
+from kernels.layers.parameters import inverse_softplus
 
 # Initial frequencies ``omega_k = base^{-k/n}`` (RoPE's, as the batch AFA layer).
 _ROPE_BASE = 10000.0
-
-
-def _inverse_softplus(x: torch.Tensor) -> torch.Tensor:
-    """``softplus^-1(x) = x + log(-expm1(-x))``: -inf at 0, +inf at inf, exact elsewhere."""
-    return x + torch.log(-torch.expm1(-x))
 
 
 class UnrolledAdaptiveFilterAttention(nn.Module):
@@ -234,7 +230,7 @@ class UnrolledAdaptiveFilterAttention(nn.Module):
                 if bool(bad.any()):
                     bound = "> 0" if strict else ">= 0"
                     raise ValueError(f"{name} must be {bound}, found {value[bad][0].item()}")
-                raw.copy_(_inverse_softplus(value))
+                raw.copy_(inverse_softplus(value))
         if frequencies is not None:
             omega = torch.as_tensor(frequencies, dtype=torch.float64)
             try:
