@@ -1,0 +1,176 @@
+"""``python -m figures [NAMES ...] [--quick] [--out DIR] [--force] [--list]``.
+
+Writes ``DIR/figures/NAME.png``, ``NAME.pdf`` and ``NAME.json`` (title, caption, source, the
+command, the files) for each figure, then rebuilds ``DIR/figures/index.html`` from every
+``*.json`` record in that folder, so runs of different subsets add up to one index. All files are
+written atomically; an existing figure file is only replaced with ``--force`` (the index is a
+derived page and is always rebuilt). Bad input prints one line on stderr and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import figures
+from sde_sim.io import atomic_write
+
+PROG = "python -m figures"
+SUBDIR = "figures"
+INDEX = "index.html"
+FORMATS = ("png", "pdf")
+
+
+class UsageError(Exception):
+    """Bad command-line input; reported in one line with exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line instead of usage + message
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROG,
+        description="Regenerate the figures of the filtering-attention papers (PNG + PDF) and "
+        "an index page DIR/figures/index.html.",
+    )
+    parser.add_argument(
+        "names", nargs="*", metavar="NAME", help="figures to make (default: all; see --list)"
+    )
+    parser.add_argument("--quick", action="store_true", help="fewer samples: a fast preview")
+    parser.add_argument(
+        "--out", type=Path, default=Path("out"), help="output folder (default: out)"
+    )
+    parser.add_argument("--force", action="store_true", help="overwrite existing figure files")
+    parser.add_argument("--list", action="store_true", help="list the figures and exit")
+    return parser
+
+
+def _outputs(folder: Path, name: str) -> list[Path]:
+    return [folder / f"{name}.{ext}" for ext in (*FORMATS, "json")]
+
+
+def _write_text(path: Path, text: str, overwrite: bool) -> None:
+    atomic_write(path, lambda fh: fh.write(text.encode()), overwrite=overwrite)
+
+
+def _make(name: str, args, folder: Path, command: str) -> dict:
+    module = figures.get(name)
+    cfg = module.Config.quick() if args.quick else module.Config.full()
+    start = time.perf_counter()
+    data = module.compute(cfg)
+    fig = module.plot(data)
+    from figures import style
+
+    with style.context():
+        for ext in FORMATS:
+            atomic_write(
+                folder / f"{name}.{ext}",
+                lambda fh, ext=ext: fig.savefig(fh, format=ext, dpi=style.DPI),
+                overwrite=args.force,
+            )
+    record = {
+        "name": name,
+        "title": module.TITLE,
+        "caption": module.caption(data),
+        "source": module.SOURCE,
+        "command": command,
+        "quick": args.quick,
+        "files": [f"{name}.{ext}" for ext in FORMATS],
+        "seconds": round(time.perf_counter() - start, 2),
+        "made": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
+    _write_text(folder / f"{name}.json", json.dumps(record, indent=2) + "\n", args.force)
+    return record
+
+
+def index_html(records: list[dict]) -> str:
+    """The index page: every figure with its title, caption, source section and command."""
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8"><title>filtersuite figures</title>',
+        "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
+        "img{max-width:100%;border:1px solid #ddd}code{background:#f4f4f4;padding:2px 4px}"
+        "section{margin-bottom:3em}</style></head><body>",
+        "<h1>filtersuite figures</h1>",
+    ]
+    for r in records:
+        e = {k: html.escape(str(v)) for k, v in r.items() if k != "files"}
+        png, pdf = (html.escape(f) for f in r["files"])
+        quick = " (quick)" if r.get("quick") else ""
+        parts += [
+            f'<section id="{e["name"]}">',
+            f"<h2>{e['title']}{quick}</h2>",
+            f'<a href="{png}"><img src="{png}" alt="{e["name"]}"></a>',
+            f"<p>{e['caption']}</p>",
+            f"<p><b>Source:</b> {e['source']}</p>",
+            f"<p><b>Command:</b> <code>{e['command']}</code></p>",
+            f'<p><b>Files:</b> <a href="{png}">{png}</a>, <a href="{pdf}">{pdf}</a>; made '
+            f"{e['made']} in {e['seconds']} s</p>",
+            "</section>",
+        ]
+    parts.append("</body></html>\n")
+    return "\n".join(parts)
+
+
+def _records(folder: Path) -> list[dict]:
+    """Every figure record in `folder`, registered figures first in registry order."""
+    found = {}
+    for path in folder.glob("*.json"):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue  # not one of ours
+        if isinstance(record, dict) and {"name", "caption", "command", "files"} <= set(record):
+            found[record["name"]] = record
+    order = {n: k for k, n in enumerate(figures.names())}
+    return [found[n] for n in sorted(found, key=lambda n: (order.get(n, len(order)), n))]
+
+
+def run(argv: list[str]) -> None:
+    args = build_parser().parse_args(argv)
+    if args.list:
+        for name in figures.names():
+            module = figures.get(name)
+            print(f"{name:<20} {module.TITLE}  [{module.SOURCE}]")
+        return
+    unknown = [n for n in args.names if n not in figures.FIGURES]
+    if unknown:
+        raise UsageError(
+            f"unknown figure{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
+            f"valid: {', '.join(figures.names())}"
+        )
+    names = list(dict.fromkeys(args.names)) or figures.names()
+    folder = args.out / SUBDIR
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"{folder} exists and is not a folder")
+    if not args.force:
+        existing = [str(p) for n in names for p in _outputs(folder, n) if p.exists()]
+        if existing:
+            more = f" (and {len(existing) - 1} more)" if len(existing) > 1 else ""
+            raise UsageError(f"{existing[0]} exists{more}; pass --force to overwrite")
+    command = shlex.join([*PROG.split(), *argv])
+    for name in names:
+        record = _make(name, args, folder, command)
+        print(f"{name}: wrote {folder / name}.{{png,pdf}} in {record['seconds']:.1f} s")
+    _write_text(folder / INDEX, index_html(_records(folder)), overwrite=True)
+    print(f"index: {folder / INDEX}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        run(argv)
+    except (UsageError, ValueError, TypeError, OSError) as exc:
+        message = " ".join(str(exc).split())
+        print(f"{PROG}: error: {message}", file=sys.stderr)
+        return 2
+    return 0
