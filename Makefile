@@ -19,6 +19,7 @@ $(STAMP): pyproject.toml constraints.txt
 reproduce: $(STAMP)
 	$(PY) -m sde_sim simulate-all --out out/sde_sim --force
 	$(PY) -m verify --json out/verify.json --table out/verify.txt --force
+	$(PY) -m figures --out out --force
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
