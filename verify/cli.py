@@ -2,6 +2,9 @@
 
 Exit status: 0 when every selected check passes, 1 when any fails or errors, 2 for bad usage
 (including an ``--only`` pattern that matches nothing).
+
+``python -m verify train ...`` trains a layer on simulated data (`verify.training`); see
+``python -m verify train --help``.
 """
 
 from __future__ import annotations
@@ -89,7 +92,79 @@ def _check_output(path: Path | None, force: bool) -> None:
         raise UsageError(f"{path} exists; pass --force to overwrite it")
 
 
+def build_train_parser() -> argparse.ArgumentParser:
+    from verify.training import LAYERS, TrainConfig
+
+    default = TrainConfig()
+    parser = _Parser(
+        prog=f"{PROG} train",
+        description="Train one attention layer on simulated measurements with the one-step "
+        "prediction loss; writes config.json, metrics.jsonl and checkpoint.pt into --out.",
+    )
+    parser.add_argument("--layer", default=default.layer, help=f"one of {', '.join(LAYERS)}")
+    parser.add_argument("--preset", default=default.preset, help="sde_sim preset name")
+    parser.add_argument("--variant", default=None, help="preset variant (default: its first)")
+    parser.add_argument("--steps", type=int, default=default.steps, help="optimizer steps")
+    parser.add_argument("--out", type=Path, required=True, metavar="DIR", help="run directory")
+    parser.add_argument("--resume", action="store_true", help="continue from the checkpoint")
+    parser.add_argument("--force", action="store_true", help="start afresh in an existing DIR")
+    parser.add_argument("--seed", type=int, default=default.seed)
+    parser.add_argument("--device", default=default.device, help="torch device (default cpu)")
+    parser.add_argument("--lr", type=float, default=default.lr, help="Adam learning rate")
+    parser.add_argument("--paths", type=int, default=default.n_paths, help="training paths")
+    parser.add_argument("--holdout-paths", type=int, default=default.holdout_paths)
+    parser.add_argument("--batch-size", type=int, default=default.batch_size)
+    parser.add_argument("--embed-dim", type=int, default=None, help="layer width (default d)")
+    parser.add_argument("--heads", type=int, default=default.num_heads)
+    parser.add_argument("--eval-every", type=int, default=default.eval_every)
+    parser.add_argument("--checkpoint-every", type=int, default=default.checkpoint_every)
+    parser.add_argument("--dtype", default=default.dtype, help="float32 or float64")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    return parser
+
+
+def train_main(argv: list[str]) -> int:
+    """``python -m verify train ...``: exit 0 when trained, 2 on bad usage or input."""
+    from verify.training import TrainConfig, train
+
+    try:
+        args = build_train_parser().parse_args(argv)
+        config = TrainConfig(
+            layer=args.layer,
+            preset=args.preset,
+            variant=args.variant,
+            steps=args.steps,
+            seed=args.seed,
+            lr=args.lr,
+            n_paths=args.paths,
+            holdout_paths=args.holdout_paths,
+            batch_size=args.batch_size,
+            embed_dim=args.embed_dim,
+            num_heads=args.heads,
+            eval_every=args.eval_every,
+            checkpoint_every=args.checkpoint_every,
+            dtype=args.dtype,
+            device=args.device,
+        )
+        result = train(config, args.out, resume=args.resume, force=args.force, quiet=args.quiet)
+    except (UsageError, ValueError, TypeError, OSError, RuntimeError) as exc:
+        print(f"{PROG} train: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{PROG} train: interrupted; continue with --resume", file=sys.stderr)
+        return 130
+    print(
+        f"{config.layer} on {config.preset}/{config.variant or 'default'}: step {result.step}, "
+        f"train MSE {result.train_mse:.4g}, held-out one-step MSE {result.heldout_mse:.4g}; "
+        f"run in {args.out}"
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "train":
+        return train_main(argv[1:])
     try:
         args = build_parser().parse_args(argv)
         checks = select(args.only)

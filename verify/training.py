@@ -1,0 +1,523 @@
+"""Train an attention layer on simulated measurements with the one-step prediction loss.
+
+The model sees measurements only: from ``z_0..z_i`` it predicts ``z_{i+1}`` (seed 000 2.3, 3.1),
+and the loss is the mean squared prediction error over ``i = 0..M-2``, all paths and coordinates.
+A `OneStepPredictor` wraps one layer of `kernels.layers` between an optional input projection
+``R^d -> R^E`` and an output projection ``R^E -> R^d`` (none when ``embed_dim`` is None: the layer
+then works on the ``d`` measurement coordinates directly, as the seed's one-layer AFA does).
+
+Training data are ``n_paths`` paths of a `sde_sim` preset; the held-out paths are simulated from a
+different seed. Every random draw (simulation seeds, initialisation, batch order) derives from
+``config.seed`` through explicit generators, so a run is bit-identical given its configuration;
+``resume=True`` continues from the last checkpoint to the same final parameters.
+
+A run directory holds ``config.json``, ``metrics.jsonl`` (one JSON object per evaluation: step,
+train MSE, held-out one-step MSE, elapsed seconds) and ``checkpoint.pt`` (model, optimizer and
+generator states, step, configuration), each written atomically.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from torch import nn
+
+from sde_sim import presets
+from sde_sim.io import atomic_write
+from sde_sim.scenario import Simulation, simulate
+
+CHECKPOINT = "checkpoint.pt"
+METRICS = "metrics.jsonl"
+CONFIG = "config.json"
+RUN_FILES = (CHECKPOINT, METRICS, CONFIG)
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def _afa(**kw):
+    from kernels.layers.afa import AdaptiveFilterAttention
+
+    return AdaptiveFilterAttention(**kw)
+
+
+def _afa_tensor(**kw):
+    from kernels.layers.afa import AdaptiveFilterAttention
+
+    return AdaptiveFilterAttention(tensor_form=True, **kw)
+
+
+def _rt_afa(**kw):
+    from kernels.layers.rt_afa import RTAdaptiveFilterAttention
+
+    return RTAdaptiveFilterAttention(**kw)
+
+
+def _rfa(**kw):
+    from kernels.layers.rfa import RobustFilterAttention
+
+    return RobustFilterAttention(**kw)
+
+
+def _rt_rfa(**kw):
+    from kernels.layers.rt_transformer import RTRobustFilterAttention
+
+    return RTRobustFilterAttention(**kw)
+
+
+def _unrolled_afa(**kw):
+    from kernels.layers.unrolled_afa import UnrolledAdaptiveFilterAttention
+
+    return UnrolledAdaptiveFilterAttention(predict=True, **kw)
+
+
+def _kla(*, embed_dim, num_heads, **kw):
+    from kernels.layers.kla import KalmanLinearAttention
+
+    del num_heads  # KLA has state slots, not heads
+    return KalmanLinearAttention(embed_dim, **kw)
+
+
+def _softmax(positional: str):
+    def build(*, max_len, **kw):
+        from kernels.layers.baselines import SoftmaxAttention
+
+        extra = {"max_len": max(max_len, 2)} if positional == "learned" else {}
+        return SoftmaxAttention(positional=positional, **extra, **kw)
+
+    return build
+
+
+# name -> builder(embed_dim=, num_heads=, generator=, dtype=, device=[, max_len=]) -> nn.Module
+LAYERS: dict[str, Callable[..., nn.Module]] = {
+    "afa": _afa,
+    "afa-tensor": _afa_tensor,
+    "rt-afa": _rt_afa,
+    "rfa": _rfa,
+    "rt-rfa": _rt_rfa,
+    "unrolled-afa": _unrolled_afa,
+    "kla": _kla,
+    "softmax": _softmax("sinusoidal"),
+    "softmax-learned": _softmax("learned"),
+}
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """What to train on what; every field is recorded in the run directory.
+
+    Parameters
+    ----------
+    layer : a key of `LAYERS`.
+    preset, variant : the `sde_sim` preset and its variant (None: the preset's default).
+    steps : optimizer steps in all (a resumed run may raise it).
+    seed : every random draw derives from it (simulation seeds, initialisation, batches).
+    lr : Adam learning rate.
+    n_paths, holdout_paths : training and held-out paths (simulated from different seeds).
+    batch_size : paths per step (drawn without replacement within a step).
+    embed_dim : width of the layer; None works on the ``d`` measurement coordinates directly
+        with no projections.
+    num_heads : heads of the layer.
+    eval_every : steps between held-out evaluations (one metrics line each).
+    checkpoint_every : steps between checkpoints (the last step is always checkpointed).
+    dtype : ``"float32"`` or ``"float64"`` for the model and data.
+    device : torch device of the model and data (``"cpu"`` by default).
+    """
+
+    layer: str = "afa"
+    preset: str = "afa-2d"
+    variant: str | None = None
+    steps: int = 200
+    seed: int = 0
+    lr: float = 1e-2
+    n_paths: int = 256
+    holdout_paths: int = 64
+    batch_size: int = 32
+    embed_dim: int | None = None
+    num_heads: int = 1
+    eval_every: int = 10
+    checkpoint_every: int = 50
+    dtype: str = "float32"
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        if self.layer not in LAYERS:
+            raise ValueError(f"layer must be one of {', '.join(LAYERS)}; found {self.layer!r}")
+        preset = presets.get(self.preset)
+        preset.variant(self.variant)
+        for name in (
+            "steps",
+            "n_paths",
+            "holdout_paths",
+            "batch_size",
+            "num_heads",
+            "eval_every",
+            "checkpoint_every",
+        ):
+            _positive_int(name, getattr(self, name))
+        _positive_int("seed", self.seed, minimum=0)
+        if self.embed_dim is not None:
+            _positive_int("embed_dim", self.embed_dim)
+        if self.batch_size > self.n_paths:
+            raise ValueError(
+                f"batch_size must be <= n_paths ({self.n_paths}); found {self.batch_size}"
+            )
+        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"lr must be a finite number > 0; found {self.lr!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}; found {self.dtype!r}")
+        try:
+            torch.device(self.device)
+        except RuntimeError as exc:
+            raise ValueError(f"device {self.device!r} is not a torch device: {exc}") from None
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _positive_int(name: str, value, *, minimum: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}; found {value!r}")
+
+
+class OneStepPredictor(nn.Module):
+    """``z (B, M, d)`` -> one-step predictions ``(B, M, d)``: row ``i`` predicts ``z_{i+1}``.
+
+    ``y = scale * P_out(layer(P_in(z / scale), t))``; ``P_in``/``P_out`` are affine maps
+    ``R^d <-> R^E`` (identity when ``embed_dim`` is None). ``scale`` (a buffer) is the training
+    data's RMS, so the layer sees inputs of order one whatever the preset's units.
+
+    Parameters
+    ----------
+    layer : a key of `LAYERS`.
+    dim : measurement dimension ``d``.
+    embed_dim, num_heads : of the layer (``embed_dim`` None: ``E = d`` and no projections).
+    scale : positive data scale.
+    max_len : longest sequence (the learned positional table's length).
+    generator : ``torch.Generator`` for every initialisation (no global RNG).
+    dtype, device : of the parameters.
+    """
+
+    def __init__(
+        self,
+        layer: str,
+        dim: int,
+        *,
+        embed_dim: int | None = None,
+        num_heads: int = 1,
+        scale: float = 1.0,
+        max_len: int = 4096,
+        generator: torch.Generator | None = None,
+        dtype=None,
+        device=None,
+    ):
+        super().__init__()
+        if layer not in LAYERS:
+            raise ValueError(f"layer must be one of {', '.join(LAYERS)}; found {layer!r}")
+        width = dim if embed_dim is None else embed_dim
+        factory = {"dtype": dtype, "device": device}
+        self.register_buffer("scale", torch.tensor(float(scale), **factory))
+        kw = {"embed_dim": width, "num_heads": num_heads, "generator": generator, **factory}
+        if layer.startswith("softmax"):
+            kw["max_len"] = max_len
+        self.layer = LAYERS[layer](**kw)
+        if embed_dim is None:
+            self.in_proj = self.out_proj = None
+        else:
+            self.in_proj = _linear(dim, width, generator, factory)
+            self.out_proj = _linear(width, dim, generator, factory)
+
+    def forward(self, z: torch.Tensor, t: torch.Tensor | None = None) -> torch.Tensor:
+        x = z / self.scale
+        if self.in_proj is not None:
+            x = self.in_proj(x)
+        y, _ = self.layer(x, t)
+        if self.out_proj is not None:
+            y = self.out_proj(y)
+        return y * self.scale
+
+
+def _linear(d_in: int, d_out: int, generator, factory) -> nn.Linear:
+    """``nn.Linear`` with PyTorch's default ``U(-1/sqrt(d_in), 1/sqrt(d_in))`` init drawn from
+    `generator` (the module's own reset would draw from the global RNG)."""
+    linear = nn.Linear(d_in, d_out, device="meta")
+    bound = 1.0 / math.sqrt(d_in)
+    weight = torch.rand(d_out, d_in, generator=generator, dtype=torch.float64, device="cpu")
+    bias = torch.rand(d_out, generator=generator, dtype=torch.float64, device="cpu")
+    linear.weight = nn.Parameter(((2 * weight - 1) * bound).to(**factory))
+    linear.bias = nn.Parameter(((2 * bias - 1) * bound).to(**factory))
+    return linear
+
+
+class Data(NamedTuple):
+    """Training and held-out measurements ``(P, M, d)``, stamps ``t (M,)`` in units of the mean
+    measurement interval, starting at 0, and the simulations they come from."""
+
+    train: torch.Tensor
+    holdout: torch.Tensor
+    t: torch.Tensor
+    train_sim: Simulation
+    holdout_sim: Simulation
+
+
+def simulation_seeds(seed: int) -> tuple[int, int]:
+    """The (training, held-out) simulation seeds derived from `seed` (distinct)."""
+    a, b = np.random.SeedSequence([seed, 7]).generate_state(2)
+    return int(a), int(b) if b != a else int(b) + 1
+
+
+def make_data(config: TrainConfig) -> Data:
+    """Simulate the training and held-out paths of `config` (deterministic in ``config.seed``)."""
+    scenario = presets.get(config.preset).scenario(config.variant)
+    meta = {"preset": config.preset, "variant": config.variant}
+    seed_train, seed_hold = simulation_seeds(config.seed)
+    sims = [
+        simulate(scenario, n, seed=s, meta=meta)
+        for n, s in ((config.n_paths, seed_train), (config.holdout_paths, seed_hold))
+    ]
+    for name, sim in zip(("training", "held-out"), sims, strict=True):
+        if np.isnan(sim.z).any():
+            raise ValueError(
+                f"{config.preset}/{config.variant}: the {name} data have missing measurements; "
+                "the training harness needs complete sequences"
+            )
+    t_obs = sims[0].t_obs
+    if t_obs.shape[0] < 2:
+        raise ValueError(f"{config.preset}: need at least 2 measurements, found {t_obs.shape[0]}")
+    unit = (t_obs[-1] - t_obs[0]) / (t_obs.shape[0] - 1)
+    factory = {"dtype": DTYPES[config.dtype], "device": torch.device(config.device)}
+    t = torch.as_tensor((t_obs - t_obs[0]) / unit, **factory)
+    train, hold = (torch.as_tensor(s.z, **factory) for s in sims)
+    return Data(train, hold, t, *sims)
+
+
+def one_step_mse(model: nn.Module, z: torch.Tensor, t: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean of ``(model(z)[:, i] - z[:, i+1])^2`` over paths, ``i = 0..M-2`` and coordinates."""
+    return torch.mean((model(z, t)[:, :-1] - z[:, 1:]) ** 2)
+
+
+class TrainResult(NamedTuple):
+    """The trained model, the step reached and the last metrics (original units)."""
+
+    model: OneStepPredictor
+    step: int
+    train_mse: float
+    heldout_mse: float
+    metrics: list[dict]
+
+
+def build_model(config: TrainConfig, data: Data) -> OneStepPredictor:
+    """The model of `config`, initialised from a generator seeded by ``config.seed``."""
+    generator = torch.Generator().manual_seed(_stream(config.seed, 0))
+    scale = float(torch.sqrt(torch.mean(data.train.double() ** 2)))
+    return OneStepPredictor(
+        config.layer,
+        data.train.shape[-1],
+        embed_dim=config.embed_dim,
+        num_heads=config.num_heads,
+        scale=scale,
+        max_len=data.train.shape[1],
+        generator=generator,
+        dtype=DTYPES[config.dtype],
+        device=torch.device(config.device),
+    )
+
+
+def _stream(seed: int, index: int) -> int:
+    return int(np.random.SeedSequence([seed, 11, index]).generate_state(1, dtype=np.uint64)[0] >> 1)
+
+
+def train(
+    config: TrainConfig,
+    out: str | os.PathLike | None = None,
+    *,
+    resume: bool = False,
+    force: bool = False,
+    quiet: bool = False,
+    callback: Callable[[int, OneStepPredictor], None] | None = None,
+) -> TrainResult:
+    """Train ``config.layer`` on ``config.preset`` with Adam and the one-step prediction loss.
+
+    Parameters
+    ----------
+    config : the run (see `TrainConfig`).
+    out : run directory (config, metrics, checkpoints); None keeps nothing on disk.
+    resume : continue from ``out/checkpoint.pt`` (the configuration must match, except
+        ``steps``); with no checkpoint there yet, start from step 0.
+    force : start afresh in an existing run directory, replacing its run files.
+    quiet : no progress bar (it is also off when stderr is not a terminal).
+    callback : called as ``callback(step, model)`` after each optimizer step.
+
+    Returns
+    -------
+    TrainResult with the model after ``config.steps`` steps.
+    """
+    if not isinstance(config, TrainConfig):
+        raise TypeError(f"config must be a TrainConfig, found {type(config).__name__}")
+    if resume and force:
+        raise ValueError("pass resume or force, not both")
+    if (resume or force) and out is None:
+        raise ValueError("resume and force need a run directory (out)")
+    run = None if out is None else Path(out)
+    checkpoint = _prepare_run(run, config, resume=resume, force=force)
+
+    data = make_data(config)
+    model = build_model(config, data)
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
+    batches = torch.Generator().manual_seed(_stream(config.seed, 1))
+    step, elapsed_before, metrics = 0, 0.0, []
+    if checkpoint is not None:
+        model.load_state_dict(checkpoint["model"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        batches.set_state(checkpoint["generator"])
+        step, elapsed_before = checkpoint["step"], checkpoint["elapsed"]
+        metrics = _truncate_metrics(run / METRICS, step)
+    if run is not None and checkpoint is None:
+        atomic_write(run / METRICS, lambda fh: None, overwrite=True)
+
+    start = time.perf_counter()
+    train_mse = heldout = math.nan
+    progress = _progress_bar(config.steps, step, quiet)
+    try:
+        while step < config.steps:
+            index = torch.randperm(config.n_paths, generator=batches)[: config.batch_size]
+            batch = data.train[index.to(data.train.device)]
+            optimizer.zero_grad(set_to_none=True)
+            loss = one_step_mse(model, batch, data.t) / model.scale**2
+            loss.backward()
+            optimizer.step()
+            step += 1
+            train_mse = loss.item() * model.scale.item() ** 2
+            if callback is not None:
+                callback(step, model)
+            if step % config.eval_every == 0 or step == config.steps:
+                heldout = evaluate(model, data)
+                line = {
+                    "step": step,
+                    "train_mse": train_mse,
+                    "heldout_mse": heldout,
+                    "elapsed_s": round(elapsed_before + time.perf_counter() - start, 3),
+                }
+                metrics.append(line)
+                if run is not None:
+                    with open(run / METRICS, "a") as fh:
+                        fh.write(json.dumps(line) + "\n")
+                progress.set_postfix(heldout_mse=f"{heldout:.4g}", refresh=False)
+            if run is not None and (step % config.checkpoint_every == 0 or step == config.steps):
+                save_checkpoint(
+                    run / CHECKPOINT,
+                    model=model,
+                    optimizer=optimizer,
+                    generator=batches,
+                    step=step,
+                    config=config,
+                    elapsed=elapsed_before + time.perf_counter() - start,
+                )
+            progress.update(1)
+    finally:
+        progress.close()
+    if math.isnan(heldout):  # resumed at the final step: nothing trained in this call
+        heldout = evaluate(model, data)
+    return TrainResult(model, step, train_mse, heldout, metrics)
+
+
+@torch.no_grad()
+def evaluate(model: OneStepPredictor, data: Data) -> float:
+    """Held-out one-step prediction MSE (original units)."""
+    return one_step_mse(model, data.holdout, data.t).item()
+
+
+def save_checkpoint(
+    path: Path, *, model, optimizer, generator, step: int, config: TrainConfig, elapsed: float
+) -> None:
+    """Write the checkpoint atomically (a temporary file, then ``os.replace``)."""
+    state = {
+        "format": 1,
+        "step": step,
+        "elapsed": elapsed,
+        "config": config.to_dict(),
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "generator": generator.get_state(),
+    }
+    atomic_write(path, lambda fh: torch.save(state, fh), overwrite=True)
+
+
+def load_checkpoint(path: str | os.PathLike) -> dict:
+    """The checkpoint dictionary at `path` (step, elapsed, config, model, optimizer,
+    generator)."""
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def _prepare_run(run: Path | None, config: TrainConfig, *, resume: bool, force: bool):
+    """Check the run directory, write its config; return the checkpoint to resume or None."""
+    if run is None:
+        return None
+    if run.exists() and not run.is_dir():
+        raise ValueError(f"out {str(run)!r} exists and is not a directory")
+    existing = run.is_dir() and any(run.iterdir())
+    if existing and not (resume or force):
+        raise FileExistsError(
+            f"run directory {str(run)!r} is not empty; pass resume (--resume) to continue it "
+            "or force (--force) to start afresh"
+        )
+    checkpoint = None
+    if resume and (run / CHECKPOINT).exists():
+        checkpoint = load_checkpoint(run / CHECKPOINT)
+        saved = {k: v for k, v in checkpoint["config"].items() if k != "steps"}
+        wanted = {k: v for k, v in config.to_dict().items() if k != "steps"}
+        if saved != wanted:
+            diff = ", ".join(
+                f"{k}: {saved.get(k)!r} -> {wanted[k]!r}"
+                for k in wanted
+                if saved.get(k) != wanted[k]
+            )
+            raise ValueError(f"resume: configuration differs from the checkpoint's ({diff})")
+        if checkpoint["step"] > config.steps:
+            raise ValueError(
+                f"resume: the checkpoint is at step {checkpoint['step']}, beyond steps = "
+                f"{config.steps}"
+            )
+    text = json.dumps(config.to_dict(), indent=2).encode()
+    atomic_write(run / CONFIG, lambda fh: fh.write(text), overwrite=True)
+    return checkpoint
+
+
+def _truncate_metrics(path: Path, step: int) -> list[dict]:
+    """Keep the metrics lines up to `step` (those after it are redone by the resumed run)."""
+    lines = []
+    if path.exists():
+        for raw in path.read_text().splitlines():
+            try:
+                line = json.loads(raw)
+            except json.JSONDecodeError:  # a line cut short by the interruption
+                continue
+            if line.get("step", math.inf) <= step:
+                lines.append(line)
+    text = "".join(json.dumps(line) + "\n" for line in lines).encode()
+    atomic_write(path, lambda fh: fh.write(text), overwrite=True)
+    return lines
+
+
+def _progress_bar(total: int, initial: int, quiet: bool):
+    from tqdm.auto import tqdm
+
+    disable = quiet or not sys.stderr.isatty()
+    return tqdm(total=total, initial=initial, disable=disable, unit="step", desc="train")
+
+
+def read_metrics(path: str | os.PathLike) -> list[dict]:
+    """The metrics lines of a run (``run/metrics.jsonl`` or the file itself)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / METRICS
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
