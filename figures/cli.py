@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import figures
+from sde_sim.cli import OneLineParser, UsageError
 from sde_sim.io import atomic_write
 
 PROG = "python -m figures"
@@ -26,17 +27,8 @@ INDEX = "index.html"
 FORMATS = ("png", "pdf")
 
 
-class UsageError(Exception):
-    """Bad command-line input; reported in one line with exit status 2."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line instead of usage + message
-        raise UsageError(message)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = OneLineParser(
         prog=PROG,
         description="Regenerate the figures of the filtering-attention papers (PNG + PDF) and "
         "an index page DIR/figures/index.html.",

@@ -23,18 +23,21 @@ class UsageError(Exception):
     """Bad command-line input; reported in one line with exit status 2."""
 
 
-class _Parser(argparse.ArgumentParser):
+class OneLineParser(argparse.ArgumentParser):
+    """``argparse`` parser whose errors raise `UsageError` (one line, exit 2) instead of
+    printing the usage block; shared by the suite's command-line interfaces."""
+
     def error(self, message: str):  # one line instead of usage + message
         raise UsageError(message)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = OneLineParser(
         prog=PROG,
         description="Simulate the linear and radial-tangential SDEs of "
         "the filtering-attention papers.",
     )
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     sub.add_parser("list", help="list the preset systems and their variants")
 
     sim = sub.add_parser(

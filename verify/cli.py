@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from sde_sim.cli import OneLineParser, UsageError
 from sde_sim.io import atomic_write
 from sde_sim.scenario import package_version
 from verify.registry import Result, run_all, select
@@ -22,17 +23,8 @@ from verify.registry import Result, run_all, select
 PROG = "python -m verify"
 
 
-class UsageError(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):
-        raise UsageError(message)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = OneLineParser(
         prog=PROG,
         description="Prove and check every closed form of the papers: "
         "symbolically (SymPy), numerically and by Monte Carlo.",
@@ -96,7 +88,7 @@ def build_train_parser() -> argparse.ArgumentParser:
     from verify.training import LAYERS, TrainConfig
 
     default = TrainConfig()
-    parser = _Parser(
+    parser = OneLineParser(
         prog=f"{PROG} train",
         description="Train one attention layer on simulated measurements with the one-step "
         "prediction loss; writes config.json, metrics.jsonl and checkpoint.pt into --out.",
