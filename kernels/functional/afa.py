@@ -63,6 +63,7 @@ import torch
 from kernels._validation import check_qkv, check_times
 from kernels.functional import complex_pairs
 from kernels.functional.lags import lags, relaxation
+from kernels.triton import use_triton
 
 PRECISIONS = ("exact", "separable")
 
@@ -641,6 +642,7 @@ def isotropic_afa(
     bias_qk=None,
     bias_v=None,
     block_size: int | None = 64,
+    backend: str = "auto",
 ) -> AFAOutput:
     """Isotropic AFA, factorised (seed 000 3.4-3.7, Algorithm 1 of 4.1): ``O(T^2 + T D)`` memory.
 
@@ -691,12 +693,41 @@ def isotropic_afa(
     bias_v : (H, Dv) value bias: added to the values and subtracted from the estimate,
         ``Zbar = sum_j A_hat (Zv_j + b) - b`` (3.9; the rows of ``A`` sum to one).
     block_size : queries per block, or None for all at once.
+    backend : ``"auto"`` (the fused kernel `kernels.triton.filtering_attention` for CUDA inputs
+        when it supports the options, else torch), ``"torch"`` or ``"triton"`` (unsupported
+        options raise ValueError; see `kernels.triton.use_triton`).
 
     Returns
     -------
     AFAOutput: ``output`` (B, H, T, Dv), the filtered estimate at ``t_i`` in the query frame;
     ``weights`` (B, H, T, T) or None.
     """
+    unsupported = {
+        "return_weights": return_weights,
+        "value dynamics (value_*)": any(
+            x is not None
+            for x in (value_decay, value_frequencies, value_process_var, value_measurement_var)
+        ),
+        "drift biases (bias_qk, bias_v)": bias_qk is not None or bias_v is not None,
+    }
+    if use_triton(backend, q, unsupported):
+        from kernels.triton.filtering_attention import isotropic_afa_triton
+
+        output = isotropic_afa_triton(
+            q,
+            k,
+            v,
+            t=t,
+            decay=decay,
+            frequencies=frequencies,
+            process_var=process_var,
+            measurement_var=measurement_var,
+            nu=nu,
+            temperature=temperature,
+            causal=causal,
+            normalized_qk=normalized_qk,
+        )
+        return AFAOutput(output, None)
     batch, heads, steps, n_qk, n_v, rotate_qk, rotate_v = _widths(
         q, k, v, frequencies, value_frequencies
     )

@@ -48,6 +48,7 @@ from typing import NamedTuple
 import torch
 
 from kernels.functional.lags import relaxation
+from kernels.triton import use_triton
 
 SCAN_METHODS = ("parallel", "hillis-steele", "sequential")
 P_CONVENTIONS = ("paper", "code")
@@ -301,6 +302,7 @@ def kla_scan(
     lam0=1.0,
     eta0=0.0,
     method: str = "parallel",
+    backend: str = "auto",
 ) -> KLAScanResult:
     """KLA's per-channel Kalman filter over a sequence (seed 001 Thms 1-2, Cors 1.1, 2.1-2.2).
 
@@ -317,7 +319,11 @@ def kla_scan(
     method : ``"parallel"`` (odd-even scans: O(log T) depth, O(T) work), ``"hillis-steele"``
         (doubling scans: O(log T) depth, O(T log T) work) or ``"sequential"`` (a loop of
         `kla_step`; with ``p_bar = 0`` its information state overflows fp32 after about
-        ``44 / (a dt)`` tokens, where the scans stay finite).
+        ``44 / (a dt)`` tokens, where the scans stay finite). Used by the torch backend.
+    backend : ``"auto"`` (the Triton chunked scan `kernels.triton.kla_scan.kla_scan_triton` when
+        ``k`` is a CUDA tensor of dtype float32/bfloat16/float16 and ``method="parallel"``, else
+        torch), ``"torch"`` or ``"triton"`` (on CPU only under ``TRITON_INTERPRET=1``). Decided at
+        each call from the inputs; Triton is imported only when it runs.
 
     Returns
     -------
@@ -327,12 +333,18 @@ def kla_scan(
     ------
     ValueError
         Shapes that do not broadcast, fewer than 3 token axes, ``a_bar <= 0``, negative
-        ``value_precision`` or ``p_bar``, ``lam0 <= 0``, an unknown method.
+        ``value_precision`` or ``p_bar``, ``lam0 <= 0``, an unknown method or backend;
+        ``backend="triton"`` with another method, dtype float64, or CPU tensors outside the
+        Triton interpreter.
     TypeError
         A non-tensor or non-floating `k`, or complex arguments.
     """
     if method not in SCAN_METHODS:
         raise ValueError(f"method must be one of {SCAN_METHODS}, found {method!r}")
+    if use_triton(backend, _tensor("k", k), {f"method={method!r}": method != "parallel"}):
+        from kernels.triton.kla_scan import kla_scan_triton
+
+        return kla_scan_triton(k, value_precision, v, a_bar, p_bar, q=q, lam0=lam0, eta0=eta0)
     k, lam_v, v, a_bar, p_bar, q, lam0, eta0, shape = _prepare(
         k, value_precision, v, a_bar, p_bar, q, lam0, eta0
     )

@@ -76,6 +76,7 @@ import torch
 
 from kernels import _validation
 from kernels.functional import baselines, complex_pairs, lags, positional
+from kernels.triton import use_triton
 
 WEIGHT_KERNELS = ("student-t", "exponential")
 # Default query rows per block: about 2^18 elements per (B, H, rows, <= T) temporary (1 MB in
@@ -317,6 +318,7 @@ def rfa_attention(
     rotate_values: bool = True,
     unitary_limit: bool = False,
     block_size: int | None = None,
+    backend: str = "auto",
 ) -> baselines.AttentionOutput:
     """Isotropic Robust Filter Attention (seed 004 Algorithm 1); see the module docstring.
 
@@ -341,6 +343,9 @@ def rfa_attention(
         the ablations M2.1-M2.6 (module docstring).
     block_size : query rows per block (memory/speed only; the result does not depend on it);
         default about ``2^18 / (B H T)`` rows, within [16, 256].
+    backend : ``"auto"`` (the fused kernel `kernels.triton.filtering_attention` for CUDA inputs
+        when it supports the options, else torch), ``"torch"`` or ``"triton"`` (unsupported
+        options raise ValueError; see `kernels.triton.use_triton`).
 
     Returns
     -------
@@ -348,6 +353,34 @@ def rfa_attention(
     decayed ``A = A^ * E`` applied to the rotated values (rows do not sum to 1 when ``mu > 0``)
     or None).
     """
+    unsupported = {
+        "return_weights": return_weights,
+        "steady_state": steady_state,
+        f"weight_kernel={weight_kernel!r}": weight_kernel != "student-t",
+        "precision_prior=False": not precision_prior,
+        "precision_gate=False": not precision_gate,
+        "rotate_qk=False": not rotate_qk,
+        "rotate_values=False": not rotate_values,
+        "unitary_limit": unitary_limit,
+    }
+    if use_triton(backend, q, unsupported):
+        from kernels.triton.filtering_attention import rfa_attention_triton
+
+        output = rfa_attention_triton(
+            q,
+            k,
+            v,
+            frequencies=frequencies,
+            decay=decay,
+            t=t,
+            process_var=process_var,
+            measurement_var=measurement_var,
+            anchor_var=anchor_var,
+            nu=nu,
+            temperature=temperature,
+            causal=causal,
+        )
+        return baselines.AttentionOutput(output, None)
     batch, heads, steps, dim, vdim = _validation.check_qkv(q, k, v, even=True)
     n = dim // 2
     if rotate_values and vdim != dim:

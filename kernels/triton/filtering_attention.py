@@ -1,0 +1,818 @@
+"""Fused isotropic filtering attention (AFA, seed 000 Algorithm 1; RFA, seed 004 Algorithm 1).
+
+One kernel family computes both layers flash-style: a program owns a block of queries, streams
+the key blocks it may see, and never forms the ``(T, T)`` score matrix, so memory is ``O(T D)``
+(the inputs, the output and one float32 log-sum-exp per query). It must equal the torch
+functions `kernels.functional.afa.isotropic_afa` and `kernels.functional.rfa.rfa_attention`
+(DESIGN.md section 2, link 5; tolerances in `kernels.tolerances`).
+
+Math per tile (queries ``i``, keys ``j``, lag ``tau = t_i - t_j``, one head's parameters)::
+
+    inner     = sigma^2 h relax(2 a h) + eta^2 e^{-2 a f} + gamma^2,  relax(x) = (1 - e^{-x})/x
+    log V     = 2 a b + log(inner),        log P = -log V,           log E = -a tau_E
+    u         = gs (P |q~_i|^2 + P E^2 |k~_j|^2 - 2 P E Re(q~_i^H k~_j))     (= gs P |R_ij|^2)
+    L_ij      = bs log P - c log(1 + max(u, 0))      (penalty "log")
+              = bs log P - u                         (penalty "linear")
+              = bs log P                             (penalty "none")
+
+with, for AFA (signed lags, seed 000 A.3), ``h = |tau|``, ``f = max(tau, 0)``, ``b = max(-tau,
+0)`` (the backward covariance of non-causal keys), ``tau_E = tau``, ``gamma^2 = 0``, ``gs =
+1/nu``, ``c = temperature``, ``bs = 1``; and for RFA (symmetric lags, eq. (9)-(11)) ``h = f =
+tau_E = |tau|``, ``b = 0``, ``gamma^2`` the anchor variance, ``bs = tau_s`` (its temperature),
+``gs = 1/nu`` and ``c = tau_s (nu + d)/d`` for a finite ``nu``, the linear penalty with ``gs =
+tau_s / d`` at ``nu = inf``. ``P E`` and ``P E^2`` are evaluated as ``exp(log P + log E)`` and
+``exp(log P + 2 log E)``, so the backward growth ``e^{2 a |tau|}`` of a non-causal AFA key cancels
+in the exponent instead of overflowing. ``q~ = e^{-i w t} q`` (and ``k~``, ``v~``) are rotated
+into the frame of ``t = 0`` before the kernel (in float32, one elementwise pass) and the output is
+rotated back by ``e^{+i w t_i}`` after it, by the same torch code the torch functions use.
+
+Online softmax with the decay after normalisation. The weights are ``A = softmax_j(L)`` and the
+output ``out_i = sum_j A_ij E_ij v~_j``: the decay multiplies the normalised weights, it does not
+enter the normaliser. A program keeps the running maximum ``m``, the normaliser ``l = sum_j
+e^{L_ij - m}`` and the accumulator ``acc = sum_j e^{L_ij - m + log E_ij} v~_j`` (``E`` joins in
+log space, so a growing non-causal decay cannot overflow on its own); each key block rescales
+both by ``e^{m_old - m_new}``, and ``out = acc / l``, ``lse = m + log l``. Accumulation is in
+float32 for every input dtype; the matmul operands are the input dtype (``tl.dot`` with float32
+accumulation; ``"ieee"`` precision for float32 inputs, no TF32).
+
+Backward (two Triton kernels, recomputing each tile from the saved ``lse``). With ``Y = p E``,
+``dY_ij = do_i . v~_j`` and ``delta_i = do_i . out_i``: ``dL = Y dY - p delta``, ``dv~_j =
+sum_i Y_ij do_i``, ``d log E = Y dY + du (2 P E^2 |k~|^2 - 2 P E s) gs``, ``du = -c dL / (1 + u)``
+(log) or ``-dL`` (linear), ``dq~_i = sum_j -2 gs P E du k~_j + 2 q~_i sum_j gs P du`` (and
+symmetrically ``dk~``). One kernel runs over key blocks (``dk~``, ``dv~`` and the per-head
+parameter sums: ``d a, d sigma^2, d eta^2, d gamma^2, d gs, d c, d bs``, written per program and
+reduced in torch); the other over query blocks (``dq~``). The packed coefficients are built from
+the user's parameters by torch ops, so autograd carries their gradients on to ``decay``,
+``process_var``, ``measurement_var``, ``anchor_var``, ``nu``, ``temperature`` and (through the
+rotations) ``frequencies``.
+
+Supported (everything else stays with torch, see `kernels.triton.use_triton`): AFA with one set
+of dynamics for queries, keys and values (no ``value_*`` dynamics, no drift biases), with or
+without frequencies, ``normalized_qk`` either way; RFA with its default ablation switches
+(Student-t kernel, precision prior and gate, rotated queries, keys and values, not the unitary
+limit, ``steady_state=False``); causal or not; ``t`` None, ``(T,)`` or ``(B, T)``; finite or
+infinite ``nu``; per-head parameters; float32, bfloat16 and float16 inputs; no attention weights.
+
+Shape legend: ``B`` batch, ``H`` heads, ``T`` time steps, ``D`` query/key features (real pairs
+``[re | im]`` when rotated), ``Dv`` value features, ``Bt`` 1 or ``B`` (time stamps), ``BLOCK``
+rows/keys per tile, ``NC = 8`` packed per-head coefficients ``[a, sigma^2, eta^2, gamma^2, gs, c,
+bs, unused]``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels import _validation
+from kernels.functional import afa, positional, rfa
+from kernels.triton import KERNEL_DTYPES
+
+AFA, RFA = 0, 1  # lag conventions: signed (seed 000 A.3) and symmetric (seed 004 eq. 9)
+PENALTY_NONE, PENALTY_LOG, PENALTY_LINEAR = 0, 1, 2
+NC = 8  # packed coefficients per head, see the module docstring
+# Rows and keys per tile: 64 on a GPU (the tensor-core tile of tutorial 06 at D <= 128).
+DEFAULT_BLOCK = 64
+
+
+# ---------------------------------------------------------------------------------------------
+# Tile math, shared by the forward and both backward kernels
+# ---------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _relax(x):
+    """``(relax(x), relax'(x))`` for ``x >= 0``, ``relax(x) = (1 - e^{-x}) / x``."""
+    # Taylor series below x = 0.1: their truncation errors there are x^5/720 < 2e-8 (relax)
+    # and x^5/840 (relax'), while the quotients lose eps/x to cancellation (6e-7 at 0.1, and
+    # relax' = (e^{-x} - relax) / x loses that again); the switch keeps both near round-off.
+    small = x < 0.1
+    xs = tl.where(small, 1.0, x)
+    ex = tl.exp(-xs)
+    big = (1.0 - ex) / xs
+    dbig = (ex - big) / xs
+    series = 1.0 + x * (-0.5 + x * (1.0 / 6.0 + x * (-1.0 / 24.0 + x / 120.0)))
+    dseries = -0.5 + x * (1.0 / 3.0 + x * (-1.0 / 8.0 + x * (1.0 / 30.0 - x / 144.0)))
+    return tl.where(small, series, big), tl.where(small, dseries, dbig)
+
+
+@triton.jit
+def _tile(
+    s,
+    qn,
+    kn,
+    ti,
+    tj,
+    visible,
+    a,
+    s2,
+    e2,
+    g2,
+    gs,
+    c,
+    bs,
+    FAMILY: tl.constexpr,
+    PENALTY: tl.constexpr,
+):
+    """Logits and their pieces on a ``(BLOCK_M, BLOCK_N)`` tile (module docstring).
+
+    ``s = Re(q~^H k~)``, ``qn = |q~_i|^2 (BLOCK_M,)``, ``kn = |k~_j|^2 (BLOCK_N,)``, ``visible``
+    the mask. Returns ``(L, log E, log P, u, u clamped, gq, gk, gc, h, f, b, tau_E, rel, drel,
+    decay_f, inner)``; ``L = -inf`` where not visible.
+    """
+    tau = ti[:, None] - tj[None, :]
+    tau = tl.where(visible, tau, 0.0)  # masked pairs: keep every exponential finite
+    h = tl.abs(tau)
+    if FAMILY == 0:
+        fwd = tl.maximum(tau, 0.0)
+        back = tl.maximum(-tau, 0.0)
+        tau_e = tau
+    else:
+        fwd = h
+        back = tl.zeros_like(h)
+        tau_e = h
+    rel, drel = _relax(2.0 * a * h)
+    decay_f = tl.exp(-2.0 * a * fwd)
+    inner = s2 * h * rel + e2 * decay_f + g2
+    log_p = -(2.0 * a * back + tl.log(inner))
+    log_e = -a * tau_e
+    logits = bs * log_p
+    u = tl.zeros_like(logits)
+    u_pos = u
+    gq = u
+    gk = u
+    gc = u
+    if PENALTY != 0:
+        gq = gs * tl.exp(log_p)
+        gk = gs * tl.exp(log_p + 2.0 * log_e)
+        gc = gs * tl.exp(log_p + log_e)
+        u = gq * qn[:, None] + gk * kn[None, :] - 2.0 * gc * s
+        if PENALTY == 1:
+            # |R|^2 >= 0 exactly; a negative u is round-off of the cancelling expansion.
+            u_pos = tl.maximum(u, 0.0)
+            logits = logits - c * tl.log(1.0 + u_pos)
+        else:
+            logits = logits - u
+    logits = tl.where(visible, logits, float("-inf"))
+    return (
+        logits,
+        log_e,
+        log_p,
+        u,
+        u_pos,
+        gq,
+        gk,
+        gc,
+        h,
+        fwd,
+        back,
+        tau_e,
+        rel,
+        drel,
+        decay_f,
+        inner,
+    )
+
+
+@triton.jit
+def _mm(x, y, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+    """``x @ y`` with float32 accumulation; ``UPCAST``: multiply the (already rounded)
+    operands in float32 (the interpreter's bfloat16 ``tl.dot`` is wrong, see `_launch_options`).
+    """
+    if UPCAST:
+        return tl.dot(x.to(tl.float32), y.to(tl.float32), input_precision="ieee")
+    return tl.dot(x, y, input_precision=PRECISION)
+
+
+@triton.jit
+def _visible(offs_m, offs_n, T, CAUSAL: tl.constexpr):
+    """``(BLOCK_M, BLOCK_N)`` mask: both indices in range, and ``j <= i`` when causal."""
+    mask = (offs_m[:, None] < T) & (offs_n[None, :] < T)
+    if CAUSAL:
+        mask = mask & (offs_n[None, :] <= offs_m[:, None])
+    return mask
+
+
+@triton.jit
+def _coefficients(COEF, head):
+    base = COEF + head * 8
+    return (
+        tl.load(base + 0),
+        tl.load(base + 1),
+        tl.load(base + 2),
+        tl.load(base + 3),
+        tl.load(base + 4),
+        tl.load(base + 5),
+        tl.load(base + 6),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Forward kernel: grid (cdiv(T, BLOCK_M), B H)
+# ---------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _forward_kernel(
+    Q,  # (B, H, T, D) input dtype, contiguous
+    K,  # (B, H, T, D)
+    V,  # (B, H, T, Dv)
+    TIMES,  # (Bt, T) float32
+    COEF,  # (H, NC) float32
+    OUT,  # (B, H, T, Dv) float32
+    LSE,  # (B, H, T) float32
+    H,
+    T,
+    D,
+    DV,
+    stride_tb,  # T, or 0 when the stamps are shared by the batch
+    FAMILY: tl.constexpr,
+    PENALTY: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    head = bh % H
+    a, s2, e2, g2, gs, c, bs = _coefficients(COEF, head)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    row_ok = offs_m < T
+    q = tl.load(
+        Q + bh * T * D + offs_m[:, None] * D + offs_d[None, :],
+        mask=row_ok[:, None] & (offs_d[None, :] < D),
+        other=0.0,
+    )
+    qf = q.to(tl.float32)
+    qn = tl.sum(qf * qf, axis=1)
+    times = TIMES + (bh // H) * stride_tb
+    ti = tl.load(times + offs_m, mask=row_ok, other=0.0)
+
+    # m starts finite: exp(m_old - m_new) is then 0, not NaN, before the first visible key
+    m = tl.full((BLOCK_M,), -1.0e30, dtype=tl.float32)
+    denom = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_DV), dtype=tl.float32)
+    stop = tl.minimum((pid_m + 1) * BLOCK_M, T) if CAUSAL else T
+    for start_n in range(0, stop, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        col_ok = offs_n < T
+        k = tl.load(
+            K + bh * T * D + offs_n[:, None] * D + offs_d[None, :],
+            mask=col_ok[:, None] & (offs_d[None, :] < D),
+            other=0.0,
+        )
+        v = tl.load(
+            V + bh * T * DV + offs_n[:, None] * DV + offs_dv[None, :],
+            mask=col_ok[:, None] & (offs_dv[None, :] < DV),
+            other=0.0,
+        )
+        kf = k.to(tl.float32)
+        kn = tl.sum(kf * kf, axis=1)
+        tj = tl.load(times + offs_n, mask=col_ok, other=0.0)
+        s = _mm(q, tl.trans(k), PRECISION, UPCAST)
+        visible = _visible(offs_m, offs_n, T, CAUSAL)
+        terms = _tile(s, qn, kn, ti, tj, visible, a, s2, e2, g2, gs, c, bs, FAMILY, PENALTY)
+        logits = terms[0]
+        log_e = terms[1]
+        m_new = tl.maximum(m, tl.max(logits, axis=1))
+        alpha = tl.exp(m - m_new)
+        p = tl.exp(logits - m_new[:, None])
+        weighted = tl.exp(logits - m_new[:, None] + log_e)  # p E, the decay after the softmax
+        denom = denom * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + _mm(weighted.to(v.dtype), v, PRECISION, UPCAST)
+        m = m_new
+    # padded rows (i >= T) see no key: keep their (unstored) quotient finite
+    denom = tl.where(denom > 0.0, denom, 1.0)
+    out = acc / denom[:, None]
+    tl.store(
+        OUT + bh * T * DV + offs_m[:, None] * DV + offs_dv[None, :],
+        out,
+        mask=row_ok[:, None] & (offs_dv[None, :] < DV),
+    )
+    tl.store(LSE + bh * T + offs_m, m + tl.log(denom), mask=row_ok)
+
+
+# ---------------------------------------------------------------------------------------------
+# Backward kernels
+# ---------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _tile_gradients(
+    q,
+    k,
+    v,
+    do,
+    qn,
+    kn,
+    ti,
+    tj,
+    lse,
+    delta,
+    visible,
+    a,
+    s2,
+    e2,
+    g2,
+    gs,
+    c,
+    bs,
+    FAMILY: tl.constexpr,
+    PENALTY: tl.constexpr,
+    PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
+    """Recompute a tile from ``lse`` and return ``(Y, dL, du, d log E, terms)``."""
+    s = _mm(q, tl.trans(k), PRECISION, UPCAST)
+    terms = _tile(s, qn, kn, ti, tj, visible, a, s2, e2, g2, gs, c, bs, FAMILY, PENALTY)
+    logits = terms[0]
+    log_e = terms[1]
+    p = tl.exp(logits - lse[:, None])
+    y = tl.exp(logits - lse[:, None] + log_e)
+    dy = _mm(do, tl.trans(v), PRECISION, UPCAST)
+    d_logits = y * dy - p * delta[:, None]
+    if PENALTY == 1:
+        du = tl.where(terms[3] >= 0.0, -c * d_logits / (1.0 + terms[4]), 0.0)
+    elif PENALTY == 2:
+        du = -d_logits
+    else:
+        du = tl.zeros_like(d_logits)
+    d_log_e = y * dy + du * (2.0 * terms[6] * kn[None, :] - 2.0 * terms[7] * s)
+    return y, d_logits, du, d_log_e, terms
+
+
+@triton.jit
+def _backward_keys_kernel(
+    Q,
+    K,
+    V,
+    DO,  # (B, H, T, Dv) input dtype
+    TIMES,
+    COEF,
+    LSE,  # (B, H, T) float32
+    DELTA,  # (B, H, T) float32: do . out
+    DK,  # (B, H, T, D) float32
+    DV_OUT,  # (B, H, T, Dv) float32
+    DCOEF,  # (B H, cdiv(T, BLOCK_N), NC) float32 per-program sums
+    H,
+    T,
+    D,
+    DV,
+    stride_tb,
+    FAMILY: tl.constexpr,
+    PENALTY: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+):
+    """One key block: ``dk~``, ``dv~`` and the parameter sums, over the query blocks."""
+    pid_n = tl.program_id(0)
+    bh = tl.program_id(1)
+    head = bh % H
+    a, s2, e2, g2, gs, c, bs = _coefficients(COEF, head)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    col_ok = offs_n < T
+    k = tl.load(
+        K + bh * T * D + offs_n[:, None] * D + offs_d[None, :],
+        mask=col_ok[:, None] & (offs_d[None, :] < D),
+        other=0.0,
+    )
+    v = tl.load(
+        V + bh * T * DV + offs_n[:, None] * DV + offs_dv[None, :],
+        mask=col_ok[:, None] & (offs_dv[None, :] < DV),
+        other=0.0,
+    )
+    kf = k.to(tl.float32)
+    kn = tl.sum(kf * kf, axis=1)
+    times = TIMES + (bh // H) * stride_tb
+    tj = tl.load(times + offs_n, mask=col_ok, other=0.0)
+
+    dk = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
+    dv = tl.zeros((BLOCK_N, BLOCK_DV), dtype=tl.float32)
+    dkn = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    sum_a = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    sum_s2 = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    sum_e2 = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    sum_g2 = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    sum_gs = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    sum_c = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    sum_bs = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    first = (pid_n * BLOCK_N // BLOCK_M) * BLOCK_M if CAUSAL else 0
+    for start_m in range(first, T, BLOCK_M):
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        row_ok = offs_m < T
+        q = tl.load(
+            Q + bh * T * D + offs_m[:, None] * D + offs_d[None, :],
+            mask=row_ok[:, None] & (offs_d[None, :] < D),
+            other=0.0,
+        )
+        do = tl.load(
+            DO + bh * T * DV + offs_m[:, None] * DV + offs_dv[None, :],
+            mask=row_ok[:, None] & (offs_dv[None, :] < DV),
+            other=0.0,
+        )
+        qf = q.to(tl.float32)
+        qn = tl.sum(qf * qf, axis=1)
+        ti = tl.load(times + offs_m, mask=row_ok, other=0.0)
+        lse = tl.load(LSE + bh * T + offs_m, mask=row_ok, other=0.0)
+        delta = tl.load(DELTA + bh * T + offs_m, mask=row_ok, other=0.0)
+        visible = _visible(offs_m, offs_n, T, CAUSAL)
+        y, d_logits, du, d_log_e, terms = _tile_gradients(
+            q, k, v, do, qn, kn, ti, tj, lse, delta, visible,
+            a, s2, e2, g2, gs, c, bs, FAMILY, PENALTY, PRECISION, UPCAST,
+        )  # fmt: skip
+        log_p = terms[2]
+        u = terms[3]
+        dv += _mm(tl.trans(y.to(do.dtype)), do, PRECISION, UPCAST)
+        ds = -2.0 * du * terms[7]
+        dk += _mm(tl.trans(ds.to(q.dtype)), q, PRECISION, UPCAST)
+        dkn += tl.sum(du * terms[6], axis=0)
+        # per-head coefficient sums (module docstring); d log V = -(bs dL + u du)
+        d_log_v = -(bs * d_logits + u * du)
+        h = terms[8]
+        inner = terms[15]
+        d_inner = 2.0 * s2 * h * h * terms[13] - 2.0 * terms[9] * e2 * terms[14]
+        sum_a += tl.sum(d_log_v * (2.0 * terms[10] + d_inner / inner) - d_log_e * terms[11], 0)
+        sum_s2 += tl.sum(d_log_v * h * terms[12] / inner, axis=0)
+        sum_e2 += tl.sum(d_log_v * terms[14] / inner, axis=0)
+        sum_g2 += tl.sum(d_log_v / inner, axis=0)
+        if PENALTY != 0:  # d gs = sum du u / gs (gs > 0 whenever there is a penalty)
+            sum_gs += tl.sum(du * u, axis=0) / gs
+        if PENALTY == 1:
+            sum_c += tl.sum(-d_logits * tl.log(1.0 + terms[4]), axis=0)
+        sum_bs += tl.sum(d_logits * log_p, axis=0)
+    dk += 2.0 * kf * dkn[:, None]
+    tl.store(
+        DK + bh * T * D + offs_n[:, None] * D + offs_d[None, :],
+        dk,
+        mask=col_ok[:, None] & (offs_d[None, :] < D),
+    )
+    tl.store(
+        DV_OUT + bh * T * DV + offs_n[:, None] * DV + offs_dv[None, :],
+        dv,
+        mask=col_ok[:, None] & (offs_dv[None, :] < DV),
+    )
+    out = DCOEF + (bh * tl.num_programs(0) + pid_n) * 8
+    tl.store(out + 0, tl.sum(sum_a, axis=0))
+    tl.store(out + 1, tl.sum(sum_s2, axis=0))
+    tl.store(out + 2, tl.sum(sum_e2, axis=0))
+    tl.store(out + 3, tl.sum(sum_g2, axis=0))
+    tl.store(out + 4, tl.sum(sum_gs, axis=0))
+    tl.store(out + 5, tl.sum(sum_c, axis=0))
+    tl.store(out + 6, tl.sum(sum_bs, axis=0))
+    tl.store(out + 7, 0.0)
+
+
+@triton.jit
+def _backward_queries_kernel(
+    Q,
+    K,
+    V,
+    DO,
+    TIMES,
+    COEF,
+    LSE,
+    DELTA,
+    DQ,  # (B, H, T, D) float32
+    H,
+    T,
+    D,
+    DV,
+    stride_tb,
+    FAMILY: tl.constexpr,
+    PENALTY: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+):
+    """One query block: ``dq~`` over the key blocks it sees."""
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    head = bh % H
+    a, s2, e2, g2, gs, c, bs = _coefficients(COEF, head)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    row_ok = offs_m < T
+    q = tl.load(
+        Q + bh * T * D + offs_m[:, None] * D + offs_d[None, :],
+        mask=row_ok[:, None] & (offs_d[None, :] < D),
+        other=0.0,
+    )
+    do = tl.load(
+        DO + bh * T * DV + offs_m[:, None] * DV + offs_dv[None, :],
+        mask=row_ok[:, None] & (offs_dv[None, :] < DV),
+        other=0.0,
+    )
+    qf = q.to(tl.float32)
+    qn = tl.sum(qf * qf, axis=1)
+    times = TIMES + (bh // H) * stride_tb
+    ti = tl.load(times + offs_m, mask=row_ok, other=0.0)
+    lse = tl.load(LSE + bh * T + offs_m, mask=row_ok, other=0.0)
+    delta = tl.load(DELTA + bh * T + offs_m, mask=row_ok, other=0.0)
+
+    dq = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+    dqn = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    stop = tl.minimum((pid_m + 1) * BLOCK_M, T) if CAUSAL else T
+    for start_n in range(0, stop, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        col_ok = offs_n < T
+        k = tl.load(
+            K + bh * T * D + offs_n[:, None] * D + offs_d[None, :],
+            mask=col_ok[:, None] & (offs_d[None, :] < D),
+            other=0.0,
+        )
+        v = tl.load(
+            V + bh * T * DV + offs_n[:, None] * DV + offs_dv[None, :],
+            mask=col_ok[:, None] & (offs_dv[None, :] < DV),
+            other=0.0,
+        )
+        kf = k.to(tl.float32)
+        kn = tl.sum(kf * kf, axis=1)
+        tj = tl.load(times + offs_n, mask=col_ok, other=0.0)
+        visible = _visible(offs_m, offs_n, T, CAUSAL)
+        y, d_logits, du, d_log_e, terms = _tile_gradients(
+            q, k, v, do, qn, kn, ti, tj, lse, delta, visible,
+            a, s2, e2, g2, gs, c, bs, FAMILY, PENALTY, PRECISION, UPCAST,
+        )  # fmt: skip
+        ds = -2.0 * du * terms[7]
+        dq += _mm(ds.to(k.dtype), k, PRECISION, UPCAST)
+        dqn += tl.sum(du * terms[5], axis=1)
+    dq += 2.0 * qf * dqn[:, None]
+    tl.store(
+        DQ + bh * T * D + offs_m[:, None] * D + offs_d[None, :],
+        dq,
+        mask=row_ok[:, None] & (offs_d[None, :] < D),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Launchers and the autograd.Function
+# ---------------------------------------------------------------------------------------------
+
+
+def _launch_options(q, v, block, family, penalty, causal):
+    dim, vdim = q.shape[-1], v.shape[-1]
+    return dict(
+        FAMILY=family,
+        PENALTY=penalty,
+        CAUSAL=causal,
+        # TF32 would round the operands of Re(q~^H k~) to 10 bits, and the residual expansion
+        # |q|^2 + E^2 |k|^2 - 2 E s cancels: float32 inputs get IEEE products.
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        # Triton 3.9's interpreter returns garbage (errors ~1e10 on a 16 x 16 product) from
+        # tl.dot on bfloat16 operands; there the operands, still rounded to bfloat16, are
+        # multiplied in float32 -- the same arithmetic, as bf16 x bf16 products are exact in
+        # float32 and tensor cores accumulate in float32.
+        UPCAST=not q.is_cuda and q.dtype == torch.bfloat16,
+        BLOCK_M=block,
+        BLOCK_N=block,
+        # tl.dot needs every dimension >= 16; padded features are masked to zero
+        BLOCK_D=max(16, triton.next_power_of_2(dim)),
+        BLOCK_DV=max(16, triton.next_power_of_2(vdim)),
+    )
+
+
+class _FilteringAttention(torch.autograd.Function):
+    """``(q~, k~, v~, times, coef) -> out`` (float32), the rotated-frame core of both layers."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, times, coef, family, penalty, causal, block):
+        batch, heads, steps, dim = q.shape
+        vdim = v.shape[-1]
+        out = torch.empty(batch, heads, steps, vdim, dtype=torch.float32, device=q.device)
+        lse = torch.empty(batch, heads, steps, dtype=torch.float32, device=q.device)
+        stride_tb = steps if times.shape[0] > 1 else 0
+        options = _launch_options(q, v, block, family, penalty, causal)
+        grid = (triton.cdiv(steps, block), batch * heads)
+        _forward_kernel[grid](
+            q, k, v, times, coef, out, lse, heads, steps, dim, vdim, stride_tb, **options
+        )
+        ctx.save_for_backward(q, k, v, times, coef, out, lse)
+        ctx.options = options
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_out):
+        q, k, v, times, coef, out, lse = ctx.saved_tensors
+        options = ctx.options
+        batch, heads, steps, dim = q.shape
+        vdim = v.shape[-1]
+        block = options["BLOCK_M"]
+        delta = (grad_out.float() * out).sum(-1).contiguous()
+        do = grad_out.to(v.dtype).contiguous()
+        dq = torch.empty(q.shape, dtype=torch.float32, device=q.device)
+        dk = torch.empty(k.shape, dtype=torch.float32, device=q.device)
+        dv = torch.empty(v.shape, dtype=torch.float32, device=q.device)
+        blocks = triton.cdiv(steps, block)
+        partial = torch.empty(batch, heads, blocks, NC, dtype=torch.float32, device=q.device)
+        stride_tb = steps if times.shape[0] > 1 else 0
+        args = (heads, steps, dim, vdim, stride_tb)
+        grid = (blocks, batch * heads)
+        _backward_keys_kernel[grid](
+            q, k, v, do, times, coef, lse, delta, dk, dv, partial, *args, **options
+        )
+        _backward_queries_kernel[grid](q, k, v, do, times, coef, lse, delta, dq, *args, **options)
+        dcoef = partial.sum(dim=(0, 2))
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, dcoef, None, None, None, None
+
+
+def _block(block: int | None) -> int:
+    if block is None:
+        return DEFAULT_BLOCK
+    if isinstance(block, bool) or not isinstance(block, int) or block < 16 or block & (block - 1):
+        raise ValueError(f"block must be a power of two >= 16 (tl.dot's minimum), found {block!r}")
+    return block
+
+
+def _attend(q_t, k_t, v_t, times, coef, *, family, penalty, causal, block, dtype):
+    """Cast the rotated float32 operands to the input dtype and run the kernel."""
+    if dtype not in KERNEL_DTYPES:
+        raise TypeError(f"q, k, v must be one of {KERNEL_DTYPES} for the kernel, found {dtype}")
+    q_t, k_t, v_t = (x.to(dtype).contiguous() for x in (q_t, k_t, v_t))
+    times = times.reshape(-1, times.shape[-1]).to(torch.float32).contiguous()
+    return _FilteringAttention.apply(
+        q_t, k_t, v_t, times, coef.contiguous(), family, penalty, causal, _block(block)
+    )
+
+
+def _pack(heads, like, **columns) -> torch.Tensor:
+    """``(H, NC)`` float32 coefficients in the order of the module docstring; missing -> 0."""
+    order = ("a", "s2", "e2", "g2", "gs", "c", "bs")
+    zero = torch.zeros(heads, dtype=torch.float32, device=like.device)
+    cols = [columns[name].reshape(heads) if name in columns else zero for name in order]
+    return torch.stack([*cols, zero], dim=-1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Public functions (called by the torch functions' backend dispatch)
+# ---------------------------------------------------------------------------------------------
+
+
+def isotropic_afa_triton(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    t=None,
+    decay,
+    frequencies,
+    process_var,
+    measurement_var,
+    nu=math.inf,
+    temperature=1.0,
+    causal: bool = True,
+    normalized_qk: bool = False,
+    block: int | None = None,
+) -> torch.Tensor:
+    """`kernels.functional.afa.isotropic_afa` (shared dynamics, no biases) in one fused kernel.
+
+    Parameters are those of `isotropic_afa`; ``block`` is the tile size (a power of two >= 16;
+    default `DEFAULT_BLOCK`). Returns the output ``(B, H, T, Dv)`` in the input dtype.
+    """
+    batch, heads, steps, n_qk, n_v, rotate_qk, rotate_v = afa._widths(q, k, v, frequencies, None)
+    ref = q.detach()[..., :0].float()  # parameters and rotations in float32 for any input dtype
+    qk, _ = afa._both_dynamics(
+        heads,
+        n_qk,
+        n_v,
+        ref,
+        per_feature=False,
+        decay=decay,
+        frequencies=frequencies,
+        process_var=process_var,
+        measurement_var=measurement_var,
+        value_decay=None,
+        value_frequencies=None,
+        value_process_var=None,
+        value_measurement_var=None,
+    )
+    inv_nu = afa._robust_scale(nu, heads, ref)
+    temp = afa._temperature(temperature, heads, ref)
+    if t is None:
+        positions = torch.arange(steps, dtype=torch.float32, device=q.device).view(1, 1, steps)
+    else:
+        positions = afa._relative_times(t, steps, ref)
+    q32, k32, v32 = q.float(), k.float(), v.float()
+    if normalized_qk:
+        q32, k32 = afa._unit(q32), afa._unit(k32)
+    phase = afa._phase(positions, qk.frequency)
+    q_t, k_t, v_t = (afa._unrotate(x, phase) for x in (q32, k32, v32))
+    columns = dict(a=qk.decay, s2=qk.process_var, e2=qk.measurement_var, c=temp)
+    if inv_nu is not None:
+        columns["gs"] = inv_nu
+    coef = _pack(heads, q, bs=torch.ones(heads, dtype=torch.float32, device=q.device), **columns)
+    out = _attend(
+        q_t,
+        k_t,
+        v_t,
+        positions,
+        coef,
+        family=AFA,
+        penalty=PENALTY_NONE if inv_nu is None else PENALTY_LOG,
+        causal=causal,
+        block=block,
+        dtype=q.dtype,
+    )
+    if phase is not None:
+        out = afa.complex_pairs.rotate(out, *phase)
+    return out.to(v.dtype)
+
+
+def rfa_attention_triton(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    frequencies,
+    decay=None,
+    t=None,
+    process_var=0.0,
+    measurement_var=1.0,
+    anchor_var=0.0,
+    nu=math.inf,
+    temperature=1.0,
+    causal: bool = True,
+    block: int | None = None,
+) -> torch.Tensor:
+    """`kernels.functional.rfa.rfa_attention` (default ablation switches) in one fused kernel.
+
+    Parameters are those of `rfa_attention`; ``block`` as in `isotropic_afa_triton`. Returns the
+    output ``(B, H, T, D)`` in the input dtype.
+    """
+    batch, heads, steps, dim, vdim = _validation.check_qkv(q, k, v, even=True)
+    n = dim // 2
+    if vdim != dim:
+        raise ValueError(
+            f"v must have the feature size of q (D = {dim}) to be rotated with the same "
+            f"frequencies, found {vdim}"
+        )
+    ref = q.detach()[..., :0].float()
+    times = _validation.check_times(t, steps, like=ref)
+    freq, decay = positional.head_spectrum(
+        frequencies, decay, heads=heads, num_frequencies=n, like=ref
+    )
+    if decay is None:
+        raise TypeError("decay is required unless frequencies is a SpectralCoupling")
+    cfg = rfa._config(
+        heads,
+        n,
+        ref,
+        decay=decay,
+        process_var=process_var,
+        measurement_var=measurement_var,
+        anchor_var=anchor_var,
+        steady_state=False,
+        nu=nu,
+        temperature=temperature,
+        weight_kernel="student-t",
+        precision_prior=True,
+        precision_gate=True,
+        unitary_limit=False,
+    )
+    rotation = positional.Rotation.at(times, freq)
+    q_t, k_t, v_t = (rotation.apply(x.float(), sign=-1) for x in (q, k, v))
+    columns = dict(
+        a=cfg.decay,
+        s2=cfg.process_var,
+        e2=cfg.measurement_var,
+        g2=cfg.anchor_var,
+        gs=cfg.gate_scale,
+        bs=cfg.temperature,
+    )
+    if cfg.penalty == "log":
+        columns["c"] = -cfg.neg_coef
+    coef = _pack(heads, q, **columns)
+    out = _attend(
+        q_t,
+        k_t,
+        v_t,
+        times,
+        coef,
+        family=RFA,
+        penalty=PENALTY_LOG if cfg.penalty == "log" else PENALTY_LINEAR,
+        causal=causal,
+        block=block,
+        dtype=q.dtype,
+    )
+    return rotation.apply(out, sign=1).to(v.dtype)
