@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 
-.PHONY: install reproduce test lint format bench clean
+.PHONY: install reproduce reproduce-quick test lint format bench clean
 
 install: $(STAMP)
 
@@ -16,10 +16,17 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) install --quiet -c constraints.txt -e ".[dev]"
 	touch $(STAMP)
 
+# Every output into out/: the simulator's gallery, the verification table (quick checks; run
+# `python -m verify` for the full-size ones) and the figures. reproduce-quick: preview figures.
 reproduce: $(STAMP)
 	$(PY) -m sde_sim simulate-all --out out/sde_sim --force
-	$(PY) -m verify --json out/verify.json --table out/verify.txt --force
+	$(PY) -m verify --quick --json out/verify.json --table out/verify.txt --force
 	$(PY) -m figures --out out --force
+
+reproduce-quick: $(STAMP)
+	$(PY) -m sde_sim simulate-all --out out/sde_sim --force
+	$(PY) -m verify --quick --json out/verify.json --table out/verify.txt --force
+	$(PY) -m figures --quick --out out --force
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

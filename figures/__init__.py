@@ -18,7 +18,10 @@ from types import ModuleType
 # name -> module; the order is the order of the index page.
 FIGURES: dict[str, str] = {
     "fig1_trajectories": "figures.fig1_trajectories",
+    "fig2_pulled_forward": "figures.fig2_pulled_forward",
+    "fig3_attention_maps": "figures.fig3_attention_maps",
     "covariance_vs_lag": "figures.covariance_vs_lag",
+    "training_curves": "figures.training_curves",
 }
 
 

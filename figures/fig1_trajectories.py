@@ -1,13 +1,13 @@
 """Seed 000 Fig. 1: ground truth, measurements and one-step predictions on the 2-D spiral.
 
 Three panels, the ``afa-2d`` variants a, b, c (seed 000 section 4.2): one simulated path each,
-its measurements and the one-step predictions ``E[x_k | z_0..k-1]`` of the Kalman filter with the
-true parameters (`estimators.kalman.kalman_filter`, diffuse prior, like a layer that sees the
-measurements only): the optimum a trained layer is measured against.
+its measurements, the one-step predictions of a one-layer AFA trained on that noise setting
+(`verify.mle_convergence.CASES`, measurements only) and those of the Kalman filter with the true
+parameters (`estimators.kalman.kalman_filter`, diffuse prior, like a layer that sees the
+measurements only): the optimum the trained layer is measured against.
 
-`compute` returns the predictions as a mapping ``series name -> (T, d)`` per panel, so a trained
-layer's predictions (the seed's one-layer AFA, once the training harness lands) are one more
-entry: `with_series` adds them and `plot` draws every series it finds.
+`compute` returns the predictions as a mapping ``series name -> (T, d)`` per panel; `with_series`
+adds another series and `plot` draws every series it finds.
 """
 
 from __future__ import annotations
@@ -27,19 +27,22 @@ SOURCE = "seed 000 section 4.2, Fig. 1 (panels a-c: the three noise settings)"
 PRESET = "afa-2d"
 VARIANTS = ("a", "b", "c")
 OPTIMUM = "Kalman (true parameters)"
+TRAINED = "one-layer AFA (trained)"
 
 
 @dataclass(frozen=True)
 class Config:
     """``seed`` of the simulation; ``n_steps`` integration steps (preset's dt; None: preset's
-    1000, i.e. t in [0, 10] with a measurement every 10 steps)."""
+    1000, i.e. t in [0, 10] with a measurement every 10 steps); ``quick_training``: train the
+    layers for the quick length of their `verify.mle_convergence` case instead of the full."""
 
     seed: int = 0
     n_steps: int | None = None
+    quick_training: bool = False
 
     @classmethod
     def quick(cls) -> Config:
-        return cls(n_steps=500)
+        return cls(n_steps=500, quick_training=True)
 
     @classmethod
     def full(cls) -> Config:
@@ -118,8 +121,28 @@ def _panel(variant: str, cfg: Config) -> Panel:
         t_obs=sim.t_obs,
         z=sim.z[0],
         x_obs=sim.x_obs[0],
-        predictions={OPTIMUM: pred},
+        predictions={TRAINED: _trained_predictions(variant, sim, cfg), OPTIMUM: pred},
     )
+
+
+def _trained_predictions(variant: str, sim, cfg: Config) -> np.ndarray:
+    """The trained layer's one-step predictions of ``x_k`` from ``z_0..z_{k-1}`` on the path:
+    row ``k`` is the model's output at row ``k - 1`` (row 0 NaN, like the Kalman series)."""
+    import torch
+
+    from figures import trained
+
+    report = trained.report(f"{PRESET}-{variant}", quick=cfg.quick_training)
+    model = report.model
+    dtype = next(model.parameters()).dtype
+    t_obs = sim.t_obs
+    unit = (t_obs[-1] - t_obs[0]) / (t_obs.shape[0] - 1)  # the training harness's clock
+    t = torch.as_tensor((t_obs - t_obs[0]) / unit, dtype=dtype)
+    with torch.no_grad():
+        out = model(torch.as_tensor(sim.z, dtype=dtype), t)[0].double().numpy()
+    pred = np.full_like(out, np.nan)
+    pred[1:] = out[:-1]
+    return pred
 
 
 def compute(cfg: Config | None = None) -> Data:
@@ -165,10 +188,10 @@ def caption(data: Data) -> str:
     )
     return (
         "The 2-D spiral A = [[0.9, -2], [1, -1.1]] at the three noise settings of seed 000 "
-        "Fig. 1: one exactly simulated path (black), its measurements (red) and the one-step "
-        "predictions E[x_k | z_<k] of the Kalman filter with the true parameters (blue), the "
-        "optimum a trained layer should approach. The trained one-layer AFA of the seed's "
-        "figure is added as another series once the training harness lands (Data.with_series). "
+        "Fig. 1: one exactly simulated path (black), its measurements (red), the one-step "
+        "predictions of a one-layer robust AFA trained on measurements of that noise setting "
+        "only (python -m verify train; verify.mle_convergence.CASES) and those of the Kalman "
+        "filter with the true parameters (blue), the optimum the layer should approach. "
         f"One-step prediction MSE against the measurements: {mses}."
     )
 

@@ -96,6 +96,12 @@ def build_train_parser() -> argparse.ArgumentParser:
     parser.add_argument("--layer", default=default.layer, help=f"one of {', '.join(LAYERS)}")
     parser.add_argument("--preset", default=default.preset, help="sde_sim preset name")
     parser.add_argument("--variant", default=None, help="preset variant (default: its first)")
+    parser.add_argument(
+        "--n-steps", type=int, default=None, help="integration steps per path (default: preset's)"
+    )
+    parser.add_argument(
+        "--sim-method", default=default.sim_method, help="euler or exact (linear systems)"
+    )
     parser.add_argument("--steps", type=int, default=default.steps, help="optimizer steps")
     parser.add_argument("--out", type=Path, required=True, metavar="DIR", help="run directory")
     parser.add_argument("--resume", action="store_true", help="continue from the checkpoint")
@@ -111,8 +117,35 @@ def build_train_parser() -> argparse.ArgumentParser:
     parser.add_argument("--eval-every", type=int, default=default.eval_every)
     parser.add_argument("--checkpoint-every", type=int, default=default.checkpoint_every)
     parser.add_argument("--dtype", default=default.dtype, help="float32 or float64")
+    parser.add_argument(
+        "--schedule", default=default.schedule, help="learning rate: constant, cosine or tail"
+    )
+    parser.add_argument(
+        "--layer-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a keyword option of the layer, VALUE in JSON (e.g. nu=1.0, learn_nu=true); "
+        "repeatable",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
+
+
+def _layer_options(items: list[str]) -> dict:
+    """``["nu=1.0", "learn_nu=true"]`` -> ``{"nu": 1.0, "learn_nu": True}`` (JSON values)."""
+    options = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--layer-option expects KEY=VALUE, found {item!r}")
+        try:
+            options[key] = json.loads(text)
+        except json.JSONDecodeError:
+            raise UsageError(
+                f'--layer-option {key}: VALUE must be JSON (1.0, true, "text"), found {text!r}'
+            ) from None
+    return options
 
 
 def train_main(argv: list[str]) -> int:
@@ -125,6 +158,8 @@ def train_main(argv: list[str]) -> int:
             layer=args.layer,
             preset=args.preset,
             variant=args.variant,
+            sim_method=args.sim_method,
+            n_steps=args.n_steps,
             steps=args.steps,
             seed=args.seed,
             lr=args.lr,
@@ -137,6 +172,8 @@ def train_main(argv: list[str]) -> int:
             checkpoint_every=args.checkpoint_every,
             dtype=args.dtype,
             device=args.device,
+            schedule=args.schedule,
+            layer_options=_layer_options(args.layer_option),
         )
         result = train(config, args.out, resume=args.resume, force=args.force, quiet=args.quiet)
     except (UsageError, ValueError, TypeError, OSError, RuntimeError) as exc:

@@ -35,13 +35,18 @@ from torch import nn
 
 from sde_sim import presets
 from sde_sim.io import atomic_write
-from sde_sim.scenario import Simulation, simulate
+from sde_sim.scenario import METHODS as SIM_METHODS
+from sde_sim.scenario import Scenario, Simulation, simulate
 
 CHECKPOINT = "checkpoint.pt"
 METRICS = "metrics.jsonl"
 CONFIG = "config.json"
 RUN_FILES = (CHECKPOINT, METRICS, CONFIG)
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
+SCHEDULES = ("constant", "cosine", "tail")
+TAIL = 0.2  # the share of the steps over which the "tail" schedule decays to 0
+# Constructor arguments the harness sets itself (TrainConfig fields or derived from the data).
+RESERVED_OPTIONS = ("embed_dim", "num_heads", "generator", "dtype", "device", "max_len")
 
 
 def _afa(**kw):
@@ -119,6 +124,13 @@ class TrainConfig:
     ----------
     layer : a key of `LAYERS`.
     preset, variant : the `sde_sim` preset and its variant (None: the preset's default).
+    sim_method : ``"euler"`` (Euler-Maruyama) or ``"exact"`` (exact discretisation, linear
+        systems only) for the simulated paths (`sde_sim.scenario.simulate`). Euler-Maruyama
+        biases the dynamics by O(dt): with ``A``'s eigenvalues ``-a +- i w`` the simulated chain
+        decays at ``a - (a^2 + w^2) dt / 2``, so a comparison with the true parameters wants
+        ``"exact"``.
+    n_steps : integration steps per path (the preset's grid step and measurement schedule;
+        None: the preset's own length). Shorter paths make long presets cheap to train on.
     steps : optimizer steps in all (a resumed run may raise it).
     seed : every random draw derives from it (simulation seeds, initialisation, batches).
     lr : Adam learning rate.
@@ -131,11 +143,20 @@ class TrainConfig:
     checkpoint_every : steps between checkpoints (the last step is always checkpointed).
     dtype : ``"float32"`` or ``"float64"`` for the model and data.
     device : torch device of the model and data (``"cpu"`` by default).
+    schedule : learning rate over the run: ``"constant"``; ``"cosine"``
+        (``lr_k = lr (1 + cos(pi k / steps)) / 2`` at step ``k``); or ``"tail"`` (constant for
+        the first ``1 - TAIL`` of the steps, then linear to 0: the final steps average out
+        Adam's fluctuation at a constant rate). The last two depend on ``steps``, so such a run
+        cannot be resumed with a different ``steps``.
+    layer_options : extra keyword options of the layer's constructor, JSON values only (for
+        example ``{"nu": 1.0, "learn_nu": True}`` for a robust AFA).
     """
 
     layer: str = "afa"
     preset: str = "afa-2d"
     variant: str | None = None
+    sim_method: str = "euler"
+    n_steps: int | None = None
     steps: int = 200
     seed: int = 0
     lr: float = 1e-2
@@ -148,6 +169,8 @@ class TrainConfig:
     checkpoint_every: int = 50
     dtype: str = "float32"
     device: str = "cpu"
+    schedule: str = "constant"
+    layer_options: dict = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.layer not in LAYERS:
@@ -167,6 +190,12 @@ class TrainConfig:
         _positive_int("seed", self.seed, minimum=0)
         if self.embed_dim is not None:
             _positive_int("embed_dim", self.embed_dim)
+        if self.sim_method not in SIM_METHODS:
+            raise ValueError(
+                f"sim_method must be one of {', '.join(SIM_METHODS)}; found {self.sim_method!r}"
+            )
+        if self.n_steps is not None:
+            _positive_int("n_steps", self.n_steps)
         if self.batch_size > self.n_paths:
             raise ValueError(
                 f"batch_size must be <= n_paths ({self.n_paths}); found {self.batch_size}"
@@ -179,9 +208,34 @@ class TrainConfig:
             torch.device(self.device)
         except RuntimeError as exc:
             raise ValueError(f"device {self.device!r} is not a torch device: {exc}") from None
+        if self.schedule not in SCHEDULES:
+            raise ValueError(
+                f"schedule must be one of {', '.join(SCHEDULES)}; found {self.schedule!r}"
+            )
+        _check_layer_options(self.layer_options)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def _check_layer_options(options) -> None:
+    if not isinstance(options, dict):
+        raise TypeError(f"layer_options must be a dict, found {type(options).__name__}")
+    for key, value in options.items():
+        if not isinstance(key, str):
+            raise ValueError(f"layer_options keys must be strings; found {key!r}")
+        if key in RESERVED_OPTIONS:
+            raise ValueError(
+                f"layer_options may not set {key!r} (set by the harness: "
+                f"{', '.join(RESERVED_OPTIONS)})"
+            )
+        try:
+            json.dumps(value, allow_nan=True)
+        except TypeError:
+            raise ValueError(
+                f"layer_options[{key!r}] must be a JSON value (number, string, bool, None, "
+                f"list); found {type(value).__name__}"
+            ) from None
 
 
 def _positive_int(name: str, value, *, minimum: int = 1) -> None:
@@ -203,6 +257,7 @@ class OneStepPredictor(nn.Module):
     embed_dim, num_heads : of the layer (``embed_dim`` None: ``E = d`` and no projections).
     scale : positive data scale.
     max_len : longest sequence (the learned positional table's length).
+    layer_options : extra keyword options of the layer's constructor.
     generator : ``torch.Generator`` for every initialisation (no global RNG).
     dtype, device : of the parameters.
     """
@@ -216,6 +271,7 @@ class OneStepPredictor(nn.Module):
         num_heads: int = 1,
         scale: float = 1.0,
         max_len: int = 4096,
+        layer_options: dict | None = None,
         generator: torch.Generator | None = None,
         dtype=None,
         device=None,
@@ -229,7 +285,12 @@ class OneStepPredictor(nn.Module):
         kw = {"embed_dim": width, "num_heads": num_heads, "generator": generator, **factory}
         if layer.startswith("softmax"):
             kw["max_len"] = max_len
-        self.layer = LAYERS[layer](**kw)
+        options = dict(layer_options or {})
+        _check_layer_options(options)
+        try:
+            self.layer = LAYERS[layer](**kw, **options)
+        except TypeError as exc:  # an option the layer's constructor does not take
+            raise ValueError(f"layer_options do not fit layer {layer!r}: {exc}") from None
         if embed_dim is None:
             self.in_proj = self.out_proj = None
         else:
@@ -275,13 +336,21 @@ def simulation_seeds(seed: int) -> tuple[int, int]:
     return int(a), int(b) if b != a else int(b) + 1
 
 
+def scenario_of(config: TrainConfig) -> Scenario:
+    """The `sde_sim` scenario of `config` (its preset and variant, ``n_steps`` applied)."""
+    scenario = presets.get(config.preset).scenario(config.variant)
+    if config.n_steps is not None:
+        scenario = dataclasses.replace(scenario, n_steps=config.n_steps)
+    return scenario
+
+
 def make_data(config: TrainConfig) -> Data:
     """Simulate the training and held-out paths of `config` (deterministic in ``config.seed``)."""
-    scenario = presets.get(config.preset).scenario(config.variant)
+    scenario = scenario_of(config)
     meta = {"preset": config.preset, "variant": config.variant}
     seed_train, seed_hold = simulation_seeds(config.seed)
     sims = [
-        simulate(scenario, n, seed=s, meta=meta)
+        simulate(scenario, n, seed=s, method=config.sim_method, meta=meta)
         for n, s in ((config.n_paths, seed_train), (config.holdout_paths, seed_hold))
     ]
     for name, sim in zip(("training", "held-out"), sims, strict=True):
@@ -317,7 +386,7 @@ class TrainResult(NamedTuple):
 
 def build_model(config: TrainConfig, data: Data) -> OneStepPredictor:
     """The model of `config`, initialised from a generator seeded by ``config.seed``."""
-    generator = torch.Generator().manual_seed(_stream(config.seed, 0))
+    generator = torch.Generator().manual_seed(derived_seed(config.seed, 0))
     scale = float(torch.sqrt(torch.mean(data.train.double() ** 2)))
     return OneStepPredictor(
         config.layer,
@@ -326,13 +395,16 @@ def build_model(config: TrainConfig, data: Data) -> OneStepPredictor:
         num_heads=config.num_heads,
         scale=scale,
         max_len=data.train.shape[1],
+        layer_options=config.layer_options,
         generator=generator,
         dtype=DTYPES[config.dtype],
         device=torch.device(config.device),
     )
 
 
-def _stream(seed: int, index: int) -> int:
+def derived_seed(seed: int, index: int) -> int:
+    """The seed of random stream ``index`` of a run seeded ``seed`` (0: initialisation, 1: batch
+    order); distinct streams are independent (`numpy.random.SeedSequence`)."""
     return int(np.random.SeedSequence([seed, 11, index]).generate_state(1, dtype=np.uint64)[0] >> 1)
 
 
@@ -368,12 +440,11 @@ def train(
     if (resume or force) and out is None:
         raise ValueError("resume and force need a run directory (out)")
     run = None if out is None else Path(out)
-    checkpoint = _prepare_run(run, config, resume=resume, force=force)
-
     data = make_data(config)
-    model = build_model(config, data)
+    model = build_model(config, data)  # bad layer options fail here, before the run directory
+    checkpoint = _prepare_run(run, config, resume=resume, force=force)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
-    batches = torch.Generator().manual_seed(_stream(config.seed, 1))
+    batches = torch.Generator().manual_seed(derived_seed(config.seed, 1))
     step, elapsed_before, metrics = 0, 0.0, []
     if checkpoint is not None:
         model.load_state_dict(checkpoint["model"])
@@ -391,6 +462,8 @@ def train(
         while step < config.steps:
             index = torch.randperm(config.n_paths, generator=batches)[: config.batch_size]
             batch = data.train[index.to(data.train.device)]
+            for group in optimizer.param_groups:
+                group["lr"] = learning_rate(config, step)
             optimizer.zero_grad(set_to_none=True)
             loss = one_step_mse(model, batch, data.t) / model.scale**2
             loss.backward()
@@ -428,6 +501,17 @@ def train(
     if math.isnan(heldout):  # resumed at the final step: nothing trained in this call
         heldout = evaluate(model, data)
     return TrainResult(model, step, train_mse, heldout, metrics)
+
+
+def learning_rate(config: TrainConfig, step: int) -> float:
+    """The learning rate of optimizer step ``step + 1`` (``step`` steps taken) under
+    ``config.schedule`` (see `TrainConfig`)."""
+    if config.schedule == "cosine":
+        return config.lr * 0.5 * (1.0 + math.cos(math.pi * step / config.steps))
+    if config.schedule == "tail":
+        remaining = (config.steps - step) / (TAIL * config.steps)
+        return config.lr * min(1.0, remaining)
+    return config.lr
 
 
 @torch.no_grad()
@@ -473,7 +557,8 @@ def _prepare_run(run: Path | None, config: TrainConfig, *, resume: bool, force: 
     checkpoint = None
     if resume and (run / CHECKPOINT).exists():
         checkpoint = load_checkpoint(run / CHECKPOINT)
-        saved = {k: v for k, v in checkpoint["config"].items() if k != "steps"}
+        defaults = TrainConfig().to_dict()  # fields added since the checkpoint was written
+        saved = {k: v for k, v in {**defaults, **checkpoint["config"]}.items() if k != "steps"}
         wanted = {k: v for k, v in config.to_dict().items() if k != "steps"}
         if saved != wanted:
             diff = ", ".join(
@@ -482,6 +567,11 @@ def _prepare_run(run: Path | None, config: TrainConfig, *, resume: bool, force: 
                 if saved.get(k) != wanted[k]
             )
             raise ValueError(f"resume: configuration differs from the checkpoint's ({diff})")
+        if config.schedule != "constant" and checkpoint["config"]["steps"] != config.steps:
+            raise ValueError(
+                f"resume: the {config.schedule} schedule depends on steps; the checkpoint's run "
+                f"has steps = {checkpoint['config']['steps']}, found {config.steps}"
+            )
         if checkpoint["step"] > config.steps:
             raise ValueError(
                 f"resume: the checkpoint is at step {checkpoint['step']}, beyond steps = "

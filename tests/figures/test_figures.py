@@ -6,9 +6,17 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 import figures
-from figures import cli, covariance_vs_lag, fig1_trajectories
+from figures import (
+    cli,
+    covariance_vs_lag,
+    fig1_trajectories,
+    fig2_pulled_forward,
+    fig3_attention_maps,
+    trained,
+)
 from sde_sim import presets
 
 
@@ -81,21 +89,35 @@ def test_fig1_shapes_and_optimum(fig1_data):
     for p in fig1_data.panels:
         T, M = p.t.size, p.t_obs.size
         assert p.x.shape == (T, 2) and p.z.shape == p.x_obs.shape == (M, 2)
-        assert list(p.predictions) == [fig1_trajectories.OPTIMUM]
-        pred = p.predictions[fig1_trajectories.OPTIMUM]
-        assert pred.shape == (M, 2)
-        assert np.all(np.isnan(pred[0])) and np.all(np.isfinite(pred[1:]))
+        assert list(p.predictions) == [fig1_trajectories.TRAINED, fig1_trajectories.OPTIMUM]
+        for pred in p.predictions.values():
+            assert pred.shape == (M, 2)
+            assert np.all(np.isnan(pred[0])) and np.all(np.isfinite(pred[1:]))
         assert np.all(np.isfinite(p.x)) and np.all(np.isfinite(p.z))
         # The optimal predictor beats predicting the last measurement (a random-walk guess).
         naive = np.mean(np.sum((p.z[:-1] - p.z[1:]) ** 2, -1))
         assert p.mse[fig1_trajectories.OPTIMUM] < naive
 
 
+def test_fig1_trained_series_is_the_model_output_shifted_by_one(fig1_data):
+    # row k predicts x_k from z_0..z_{k-1}: the model's output at row k - 1, on the harness's
+    # clock (t in measurement intervals from the first measurement)
+    for p in fig1_data.panels:
+        model = trained.report(f"afa-2d-{p.variant}", quick=True).model
+        t = (p.t_obs - p.t_obs[0]) / (p.t_obs[1] - p.t_obs[0])
+        with torch.no_grad():
+            out = model(torch.as_tensor(p.z[None], dtype=torch.float32), torch.as_tensor(t))
+        np.testing.assert_allclose(
+            p.predictions[fig1_trajectories.TRAINED][1:], out[0, :-1].double().numpy(), rtol=1e-6
+        )
+
+
 def test_fig1_accepts_another_series(fig1_data):
     extra = [p.z for p in fig1_data.panels]
     data = fig1_data.with_series("persistence", extra)
     assert all(
-        list(p.predictions) == [fig1_trajectories.OPTIMUM, "persistence"] for p in data.panels
+        list(p.predictions) == [fig1_trajectories.TRAINED, fig1_trajectories.OPTIMUM, "persistence"]
+        for p in data.panels
     )
     fig = fig1_trajectories.plot(data)
     assert len(fig.axes) == 3
@@ -117,6 +139,16 @@ def small_cli(monkeypatch):
     )
     monkeypatch.setattr(
         fig1_trajectories.Config, "quick", classmethod(lambda cls: cls(n_steps=200))
+    )
+    monkeypatch.setattr(
+        fig2_pulled_forward.Config,
+        "quick",
+        classmethod(lambda cls: cls(steps=4, stages=(1, 2, 4), n_paths=8, batch_size=8)),
+    )
+    monkeypatch.setattr(
+        fig3_attention_maps.Config,
+        "quick",
+        classmethod(lambda cls: cls(steps=2, n_paths=8, batch_size=8)),
     )
 
 

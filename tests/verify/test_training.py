@@ -166,6 +166,11 @@ def test_cli_trains_and_writes_a_run(tmp_path, capsys):
         (["--steps", "0"], "steps must be an integer >= 1"),
         (["--lr", "-1"], "lr must be"),
         (["--steps", "x"], "invalid int value"),
+        (["--schedule", "linear"], "schedule must be one of constant, cosine, tail"),
+        (["--layer-option", "nu"], "--layer-option expects KEY=VALUE"),
+        (["--layer-option", "nu=one"], "VALUE must be JSON"),
+        (["--layer-option", "embed_dim=4"], "layer_options may not set 'embed_dim'"),
+        (["--layer-option", "wings=2"], "layer_options do not fit layer 'afa'"),
     ],
 )
 def test_cli_bad_input_one_line_exit_2(tmp_path, capsys, bad, words):
@@ -174,3 +179,51 @@ def test_cli_bad_input_one_line_exit_2(tmp_path, capsys, bad, words):
     assert captured.err.count("\n") == 1 and words in captured.err
     assert "Traceback" not in captured.err
     assert not (tmp_path / "run").exists()
+
+
+def test_cosine_schedule_starts_at_lr_and_ends_near_zero():
+    config = TrainConfig(**TINY, steps=4, lr=0.02, schedule="cosine")
+    rates = [training.learning_rate(config, k) for k in range(4)]
+    assert rates[0] == pytest.approx(0.02)
+    assert rates[2] == pytest.approx(0.01)
+    assert rates == sorted(rates, reverse=True) and rates[-1] < 0.02 * 0.2
+    constant = TrainConfig(**TINY, steps=4, lr=0.02)
+    assert {training.learning_rate(constant, k) for k in range(4)} == {0.02}
+
+
+def test_tail_schedule_is_constant_then_linear_to_zero():
+    config = TrainConfig(**TINY, steps=10, lr=0.05, schedule="tail")
+    rates = [training.learning_rate(config, k) for k in range(10)]
+    # TAIL = 0.2: steps 0..8 at lr (the decay starts at 8 = (1 - TAIL) * 10), then 0.5 lr
+    assert rates[:9] == [0.05] * 9
+    assert rates[9] == pytest.approx(0.025)
+
+
+def test_cosine_run_resumes_bit_exact_but_not_with_other_steps(tmp_path):
+    config = TrainConfig(**TINY, steps=6, eval_every=2, checkpoint_every=3, schedule="cosine")
+    whole = train(config, quiet=True)
+    steps_seen = []
+    with pytest.raises(KeyboardInterrupt):
+
+        def stop_at_4(step, model):
+            steps_seen.append(step)
+            if step == 4:
+                raise KeyboardInterrupt
+
+        train(config, tmp_path / "run", quiet=True, callback=stop_at_4)
+    resumed = train(config, tmp_path / "run", resume=True, quiet=True)
+    _assert_identical(_params(whole.model), _params(resumed.model))
+    longer = TrainConfig(**{**config.to_dict(), "steps": 8})
+    with pytest.raises(ValueError, match="cosine schedule depends on steps"):
+        train(longer, tmp_path / "run", resume=True, quiet=True)
+
+
+def test_layer_options_reach_the_layer_and_are_recorded(tmp_path):
+    config = TrainConfig(**TINY, steps=2, layer_options={"nu": 2.0, "learn_nu": True})
+    result = train(config, tmp_path / "run", quiet=True)
+    names = dict(result.model.named_parameters())
+    assert "layer.raw_nu" in names  # learn_nu=True adds the robust scale
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert saved["layer_options"] == {"nu": 2.0, "learn_nu": True}
+    with pytest.raises(ValueError, match="configuration differs"):
+        train(TrainConfig(**TINY, steps=3), tmp_path / "run", resume=True, quiet=True)

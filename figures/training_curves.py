@@ -1,0 +1,283 @@
+"""Training curves against the Kalman optimum, and the learned dynamics against the truth.
+
+For each trained system (`verify.mle_convergence.CASES`, shared through `figures.trained`) one
+row of two panels:
+
+1. the held-out one-step prediction MSE of the layer during training, divided by that of the
+   Kalman filter with the true parameters (the optimal one-step predictor of a linear-Gaussian
+   model, seed 000 2.3, 3.1), against the optimizer step on a log axis:
+
+       ratio_k = heldout_mse_k / MSE_kalman        (>= 1 in expectation)
+
+   with horizontal lines for the Kalman optimum (1), the batch MLE with the true parameters
+   (``MSE_mle / MSE_kalman``: what a one-layer AFA with the true parameters computes, seed 000
+   A.2), the last-measurement predictor (``MSE_last / MSE_kalman``) and issue 7's target
+   `TARGET`;
+2. the table of `verify.mle_convergence.learned_dynamics`: per identifiable quantity its true
+   value, the parameter MLE on the training paths with its standard error, the layer's learned
+   value and whether ``|learned - MLE| <= 3 se`` (`SE_LEVEL`); below it the rows' notes (how a
+   value is read off the layer and what is not identified).
+
+All MSEs are on the same held-out paths and rows (`verify.mle_convergence.reference_mses`).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import textwrap
+from dataclasses import dataclass
+
+import numpy as np
+
+from verify.mle_convergence import ParameterRow, learned_dynamics
+
+NAME = "training_curves"
+TITLE = "Training curves against the Kalman optimum; learned vs true dynamics"
+SOURCE = "seed 000 sections 2.3, 3.1, A.2 (one-step prediction loss, MLE); issue 7"
+# Issue 7's target for the held-out one-step MSE / Kalman optimum.
+TARGET = 1.10
+# A learned value "agrees" with the parameter MLE within this many standard errors.
+SE_LEVEL = 3.0
+# Systems `learned_dynamics` reads (linear presets with a Kalman optimum and a one-layer AFA).
+SUPPORTED = ("afa-2d-b", "afa-2d-c", "rotation-3d", "ou")
+# Reference predictors drawn as horizontal lines, in `reference_mses` names, with their labels.
+REFERENCES = {
+    "kalman": "Kalman, true parameters (optimum)",
+    "mle": "batch MLE, true parameters",
+    "last": "last measurement",
+}
+COLUMNS = ("quantity", "truth", "MLE ± se", "learned", f"within {SE_LEVEL:g} se of MLE?")
+# Characters per line of the notes under the table (fits the table panel at 7 pt).
+NOTE_WIDTH = 100
+# What the learned values cannot tell, per quantity (`learned_dynamics`), added to the notes.
+UNIDENTIFIED = {
+    "|omega|": "its sign is not identified (a feature or its conjugate carries a real signal "
+    "alike), nor a frequency beyond the Nyquist pi / Delta on a regular grid (aliasing)",
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    """``cases``: `verify.mle_convergence.CASES` names (one row of panels each, from
+    `SUPPORTED`); ``quick_training``: the cases' quick length instead of the full one;
+    ``seed`` of the training runs."""
+
+    cases: tuple[str, ...] = ("afa-2d-b", "rotation-3d", "ou")
+    quick_training: bool = False
+    seed: int = 0
+
+    def __post_init__(self):
+        if not isinstance(self.cases, tuple) or not self.cases:
+            raise TypeError(f"cases must be a non-empty tuple of case names; found {self.cases!r}")
+        unknown = [c for c in self.cases if c not in SUPPORTED]
+        if unknown:
+            raise ValueError(
+                f"cases must be among {', '.join(SUPPORTED)}; found {', '.join(map(str, unknown))}"
+            )
+
+    @classmethod
+    def quick(cls) -> Config:
+        return cls(cases=("afa-2d-b",), quick_training=True)
+
+    @classmethod
+    def full(cls) -> Config:
+        return cls()
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One trained system. Shapes: n evaluations.
+
+    steps : (n,) optimizer steps of the held-out evaluations.
+    ratios : (n,) held-out one-step MSE / ``kalman_mse`` at those steps.
+    untrained_ratio : the same for the freshly initialised model (step 0).
+    references : reference name -> its MSE / ``kalman_mse`` (``"kalman"`` is 1).
+    kalman_mse : the Kalman optimum's held-out MSE (original units).
+    final_ratio : the trained model's ratio (the last evaluation).
+    cpu_s, wall_s : CPU and wall seconds of the training.
+    rows : the learned-dynamics table (`verify.mle_convergence.ParameterRow`).
+    """
+
+    case: str
+    layer: str
+    steps: np.ndarray
+    ratios: np.ndarray
+    untrained_ratio: float
+    references: dict[str, float]
+    kalman_mse: float
+    final_ratio: float
+    cpu_s: float
+    wall_s: float
+    rows: tuple[ParameterRow, ...]
+
+
+@dataclass(frozen=True)
+class Data:
+    config: Config
+    panels: tuple[Panel, ...]
+
+
+def agrees(row: ParameterRow) -> bool | None:
+    """Whether the learned value lies within `SE_LEVEL` standard errors of the parameter MLE
+    (None where the MLE has no standard error)."""
+    z = row.z_score
+    return None if math.isnan(z) else bool(abs(z) <= SE_LEVEL)
+
+
+def _panel(case: str, cfg: Config) -> Panel:
+    from figures import trained
+
+    report = trained.report(case, quick=cfg.quick_training, seed=cfg.seed)
+    kalman = report.references["kalman"]
+    metrics = report.metrics
+    return Panel(
+        case=case,
+        layer=report.config.layer,
+        steps=np.array([m["step"] for m in metrics], dtype=int),
+        ratios=np.array([m["heldout_mse"] for m in metrics], dtype=float) / kalman,
+        untrained_ratio=report.untrained_mse / kalman,
+        references={name: mse / kalman for name, mse in report.references.items()},
+        kalman_mse=kalman,
+        final_ratio=report.ratios["kalman"],
+        cpu_s=report.cpu_s,
+        wall_s=report.wall_s,
+        rows=tuple(learned_dynamics(report)),
+    )
+
+
+def compute(cfg: Config | None = None) -> Data:
+    """Curves and tables of every case in ``cfg.cases`` (module docstring)."""
+    cfg = Config.full() if cfg is None else cfg
+    return Data(cfg, tuple(_panel(case, cfg) for case in cfg.cases))
+
+
+def _number(x: float) -> str:
+    return "n/a" if math.isnan(x) else f"{x:.4g}"
+
+
+def table_cells(panel: Panel) -> list[list[str]]:
+    """The table's body: one list of `COLUMNS` strings per row of ``panel.rows``."""
+    verdict = {True: "yes", False: "no", None: "n/a"}
+    cells = []
+    for row in panel.rows:
+        mle = _number(row.mle) if math.isnan(row.mle_se) else f"{row.mle:.4g} ± {row.mle_se:.2g}"
+        z = "" if math.isnan(row.z_score) else f" (z = {row.z_score:+.1f})"
+        cells.append(
+            [row.name, _number(row.truth), mle, _number(row.learned), verdict[agrees(row)] + z]
+        )
+    return cells
+
+
+def notes(panel: Panel) -> list[str]:
+    """The distinct notes of the rows, as ``"quantity: note"`` (indexed rows share one), with
+    what is not identified (`UNIDENTIFIED`)."""
+    found: dict[str, str] = {}
+    for row in panel.rows:
+        found.setdefault(row.name.split("[")[0], row.note)
+    return [
+        f"{name}: {note}" + (f"; {UNIDENTIFIED[name]}" if name in UNIDENTIFIED else "")
+        for name, note in found.items()
+    ]
+
+
+def plot(data: Data):
+    """Per case: the ratio curve (log y) with the reference lines, and the parameter table."""
+    from figures import style
+
+    with style.context():
+        n = len(data.panels)
+        fig = style.new_figure(figsize=(13, 4.2 * n))
+        axes = np.atleast_2d(fig.subplots(n, 2, width_ratios=(1, 1.25)))
+        for (curve_ax, table_ax), p in zip(axes, data.panels, strict=True):
+            _plot_curve(curve_ax, p)
+            _plot_table(table_ax, p)
+        fig.suptitle(TITLE)
+    return fig
+
+
+def _plot_curve(ax, p: Panel) -> None:
+    ax.plot([0, *p.steps], [p.untrained_ratio, *p.ratios], "o-", color="C2", label="trained layer")
+    styles = {"kalman": ("-", "tab:blue"), "mle": ("--", "C1"), "last": (":", "C3")}
+    for name, label in REFERENCES.items():
+        if name in p.references:
+            line, color = styles[name]
+            value = p.references[name]
+            ax.axhline(value, ls=line, color=color, lw=1.0, label=f"{label}: {value:.3g}")
+    ax.axhline(TARGET, ls="-.", color="0.4", lw=1.0, label=f"issue 7 target: {TARGET:g}")
+    ax.set_yscale("log")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("held-out one-step MSE / Kalman")
+    ax.set_title(
+        f"{p.case}: {p.layer}, final ratio {p.final_ratio:.3f} ({p.cpu_s:.0f} s CPU training)"
+    )
+    ax.legend(loc="upper right")
+
+
+def _plot_table(ax, p: Panel) -> None:
+    ax.axis("off")
+    ax.grid(False)
+    table = ax.table(cellText=table_cells(p), colLabels=COLUMNS, loc="upper center")
+    table.auto_set_font_size(False)
+    table.set_fontsize(8)
+    table.auto_set_column_width(list(range(len(COLUMNS))))
+    table.scale(1.0, 1.4)
+    ax.set_title(f"{p.case}: learned dynamics vs truth and parameter MLE (training paths)")
+    ax.text(
+        0.0,
+        0.0,
+        "\n".join(textwrap.fill(note, NOTE_WIDTH, subsequent_indent="    ") for note in notes(p)),
+        transform=ax.transAxes,
+        va="bottom",
+        ha="left",
+        fontsize=7,
+    )
+
+
+def _row_words(row: ParameterRow) -> str:
+    mle = (
+        f"MLE {_number(row.mle)}"
+        if math.isnan(row.mle_se)
+        else f"MLE {row.mle:.4g} +- {row.mle_se:.2g}"
+    )
+    verdict = agrees(row)
+    where = (
+        ""
+        if verdict is None
+        else f", {'within' if verdict else 'outside'} {SE_LEVEL:g} se (z = {row.z_score:+.1f})"
+    )
+    return f"{row.name}: truth {row.truth:.4g}, {mle}, learned {row.learned:.4g}{where}"
+
+
+def caption(data: Data) -> str:
+    parts = []
+    for p in data.panels:
+        refs = ", ".join(
+            f"{name} {value:.3g}" for name, value in p.references.items() if name != "kalman"
+        )
+        parts.append(
+            f"{p.case} ({p.layer}, {int(p.steps[-1])} steps, {p.cpu_s:.1f} s CPU of training): "
+            f"final held-out MSE / Kalman {p.final_ratio:.3f} (target {TARGET:g}; untrained "
+            f"{p.untrained_ratio:.3g}; references {refs}). Learned dynamics: "
+            + "; ".join(_row_words(r) for r in p.rows)
+            + "."
+        )
+    return (
+        "Left: held-out one-step prediction MSE of the trained layer divided by that of the "
+        "Kalman filter with the true parameters (the optimum, 1), against the optimizer step; "
+        "lines: the batch MLE with the true parameters and the last-measurement predictor, "
+        "on the same held-out paths. Right: the layer's dynamics against the truth and the "
+        f"parameter MLE on the training paths (+- one standard error; agreement within "
+        f"{SE_LEVEL:g} se). " + " ".join(parts)
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m figures.training_curves [--quick] [--out DIR] [--force]``."""
+    from figures.cli import main as cli_main
+
+    return cli_main([NAME, *(sys.argv[1:] if argv is None else argv)])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
