@@ -211,6 +211,70 @@ def _coefficients(COEF, head):
 
 
 # ---------------------------------------------------------------------------------------------
+# Tile set-up, shared by the forward and both backward kernels (grid (cdiv(T, BLOCK), B H))
+# ---------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _program(TIMES, H, stride_tb, BLOCK: tl.constexpr):
+    """``(pid, b H + h, offs (BLOCK,), times)``: this program's block of ``BLOCK`` rows or keys
+    and the row of time stamps of its batch element."""
+    pid = tl.program_id(0)
+    bh = tl.program_id(1)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    return pid, bh, offs, TIMES + (bh // H) * stride_tb
+
+
+@triton.jit
+def _row_pointers(X, bh, offs, T, width, BLOCK_W: tl.constexpr):
+    """Pointers and mask of rows ``offs`` of the ``(T, width)`` slice ``bh`` of a contiguous
+    ``(B, H, T, width)`` tensor, as a ``(len(offs), BLOCK_W)`` tile; padding is masked."""
+    cols = tl.arange(0, BLOCK_W)
+    pointers = X + bh * T * width + offs[:, None] * width + cols[None, :]
+    return pointers, (offs < T)[:, None] & (cols[None, :] < width)
+
+
+@triton.jit
+def _load_rows(X, bh, offs, T, width, BLOCK_W: tl.constexpr):
+    """The `_row_pointers` tile of ``X``; padded entries read 0."""
+    pointers, mask = _row_pointers(X, bh, offs, T, width, BLOCK_W)
+    return tl.load(pointers, mask=mask, other=0.0)
+
+
+@triton.jit
+def _store_rows(X, bh, offs, T, width, tile, BLOCK_W: tl.constexpr):
+    """Write ``tile`` to the `_row_pointers` tile of ``X`` (padded entries are skipped)."""
+    pointers, mask = _row_pointers(X, bh, offs, T, width, BLOCK_W)
+    tl.store(pointers, tile, mask=mask)
+
+
+@triton.jit
+def _load_block(X, times, bh, offs, T, D, BLOCK_D: tl.constexpr):
+    """Rows ``offs`` of ``q~`` (or ``k~``) and their norms and stamps: ``(x, |x|^2, t)``, with
+    ``|x|^2`` summed in float32; padding reads 0."""
+    x = _load_rows(X, bh, offs, T, D, BLOCK_D)
+    xf = x.to(tl.float32)
+    stamps = tl.load(times + offs, mask=offs < T, other=0.0)
+    return x, tl.sum(xf * xf, axis=1), stamps
+
+
+@triton.jit
+def _load_upstream(DO, LSE, DELTA, bh, offs_m, T, DV, BLOCK_DV: tl.constexpr):
+    """Rows ``offs_m`` of the backward's per-query inputs: ``(do, lse, delta)``."""
+    do = _load_rows(DO, bh, offs_m, T, DV, BLOCK_DV)
+    row_ok = offs_m < T
+    lse = tl.load(LSE + bh * T + offs_m, mask=row_ok, other=0.0)
+    delta = tl.load(DELTA + bh * T + offs_m, mask=row_ok, other=0.0)
+    return do, lse, delta
+
+
+@triton.jit
+def _keys_end(pid_m, T, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr):
+    """One past the last key that query block ``pid_m`` sees: its last row when causal."""
+    return tl.minimum((pid_m + 1) * BLOCK_M, T) if CAUSAL else T
+
+
+# ---------------------------------------------------------------------------------------------
 # Forward kernel: grid (cdiv(T, BLOCK_M), B H)
 # ---------------------------------------------------------------------------------------------
 
@@ -239,45 +303,18 @@ def _forward_kernel(
     BLOCK_D: tl.constexpr,
     BLOCK_DV: tl.constexpr,
 ):
-    pid_m = tl.program_id(0)
-    bh = tl.program_id(1)
-    head = bh % H
-    a, s2, e2, g2, gs, c, bs = _coefficients(COEF, head)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
-    offs_dv = tl.arange(0, BLOCK_DV)
-    row_ok = offs_m < T
-    q = tl.load(
-        Q + bh * T * D + offs_m[:, None] * D + offs_d[None, :],
-        mask=row_ok[:, None] & (offs_d[None, :] < D),
-        other=0.0,
-    )
-    qf = q.to(tl.float32)
-    qn = tl.sum(qf * qf, axis=1)
-    times = TIMES + (bh // H) * stride_tb
-    ti = tl.load(times + offs_m, mask=row_ok, other=0.0)
+    pid_m, bh, offs_m, times = _program(TIMES, H, stride_tb, BLOCK_M)
+    a, s2, e2, g2, gs, c, bs = _coefficients(COEF, bh % H)
+    q, qn, ti = _load_block(Q, times, bh, offs_m, T, D, BLOCK_D)
 
     # m starts finite: exp(m_old - m_new) is then 0, not NaN, before the first visible key
     m = tl.full((BLOCK_M,), -1.0e30, dtype=tl.float32)
     denom = tl.zeros((BLOCK_M,), dtype=tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_DV), dtype=tl.float32)
-    stop = tl.minimum((pid_m + 1) * BLOCK_M, T) if CAUSAL else T
-    for start_n in range(0, stop, BLOCK_N):
+    for start_n in range(0, _keys_end(pid_m, T, BLOCK_M, CAUSAL), BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        col_ok = offs_n < T
-        k = tl.load(
-            K + bh * T * D + offs_n[:, None] * D + offs_d[None, :],
-            mask=col_ok[:, None] & (offs_d[None, :] < D),
-            other=0.0,
-        )
-        v = tl.load(
-            V + bh * T * DV + offs_n[:, None] * DV + offs_dv[None, :],
-            mask=col_ok[:, None] & (offs_dv[None, :] < DV),
-            other=0.0,
-        )
-        kf = k.to(tl.float32)
-        kn = tl.sum(kf * kf, axis=1)
-        tj = tl.load(times + offs_n, mask=col_ok, other=0.0)
+        k, kn, tj = _load_block(K, times, bh, offs_n, T, D, BLOCK_D)
+        v = _load_rows(V, bh, offs_n, T, DV, BLOCK_DV)
         s = _mm(q, tl.trans(k), PRECISION, UPCAST)
         visible = _visible(offs_m, offs_n, T, CAUSAL)
         terms = _tile(s, qn, kn, ti, tj, visible, a, s2, e2, g2, gs, c, bs, FAMILY, PENALTY)
@@ -292,13 +329,8 @@ def _forward_kernel(
         m = m_new
     # padded rows (i >= T) see no key: keep their (unstored) quotient finite
     denom = tl.where(denom > 0.0, denom, 1.0)
-    out = acc / denom[:, None]
-    tl.store(
-        OUT + bh * T * DV + offs_m[:, None] * DV + offs_dv[None, :],
-        out,
-        mask=row_ok[:, None] & (offs_dv[None, :] < DV),
-    )
-    tl.store(LSE + bh * T + offs_m, m + tl.log(denom), mask=row_ok)
+    _store_rows(OUT, bh, offs_m, T, DV, acc / denom[:, None], BLOCK_DV)
+    tl.store(LSE + bh * T + offs_m, m + tl.log(denom), mask=offs_m < T)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -379,28 +411,11 @@ def _backward_keys_kernel(
     BLOCK_DV: tl.constexpr,
 ):
     """One key block: ``dk~``, ``dv~`` and the parameter sums, over the query blocks."""
-    pid_n = tl.program_id(0)
-    bh = tl.program_id(1)
-    head = bh % H
-    a, s2, e2, g2, gs, c, bs = _coefficients(COEF, head)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, BLOCK_D)
-    offs_dv = tl.arange(0, BLOCK_DV)
-    col_ok = offs_n < T
-    k = tl.load(
-        K + bh * T * D + offs_n[:, None] * D + offs_d[None, :],
-        mask=col_ok[:, None] & (offs_d[None, :] < D),
-        other=0.0,
-    )
-    v = tl.load(
-        V + bh * T * DV + offs_n[:, None] * DV + offs_dv[None, :],
-        mask=col_ok[:, None] & (offs_dv[None, :] < DV),
-        other=0.0,
-    )
+    pid_n, bh, offs_n, times = _program(TIMES, H, stride_tb, BLOCK_N)
+    a, s2, e2, g2, gs, c, bs = _coefficients(COEF, bh % H)
+    k, kn, tj = _load_block(K, times, bh, offs_n, T, D, BLOCK_D)
     kf = k.to(tl.float32)
-    kn = tl.sum(kf * kf, axis=1)
-    times = TIMES + (bh // H) * stride_tb
-    tj = tl.load(times + offs_n, mask=col_ok, other=0.0)
+    v = _load_rows(V, bh, offs_n, T, DV, BLOCK_DV)
 
     dk = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
     dv = tl.zeros((BLOCK_N, BLOCK_DV), dtype=tl.float32)
@@ -415,22 +430,8 @@ def _backward_keys_kernel(
     first = (pid_n * BLOCK_N // BLOCK_M) * BLOCK_M if CAUSAL else 0
     for start_m in range(first, T, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
-        row_ok = offs_m < T
-        q = tl.load(
-            Q + bh * T * D + offs_m[:, None] * D + offs_d[None, :],
-            mask=row_ok[:, None] & (offs_d[None, :] < D),
-            other=0.0,
-        )
-        do = tl.load(
-            DO + bh * T * DV + offs_m[:, None] * DV + offs_dv[None, :],
-            mask=row_ok[:, None] & (offs_dv[None, :] < DV),
-            other=0.0,
-        )
-        qf = q.to(tl.float32)
-        qn = tl.sum(qf * qf, axis=1)
-        ti = tl.load(times + offs_m, mask=row_ok, other=0.0)
-        lse = tl.load(LSE + bh * T + offs_m, mask=row_ok, other=0.0)
-        delta = tl.load(DELTA + bh * T + offs_m, mask=row_ok, other=0.0)
+        q, qn, ti = _load_block(Q, times, bh, offs_m, T, D, BLOCK_D)
+        do, lse, delta = _load_upstream(DO, LSE, DELTA, bh, offs_m, T, DV, BLOCK_DV)
         visible = _visible(offs_m, offs_n, T, CAUSAL)
         y, d_logits, du, d_log_e, terms = _tile_gradients(
             q, k, v, do, qn, kn, ti, tj, lse, delta, visible,
@@ -457,16 +458,8 @@ def _backward_keys_kernel(
             sum_c += tl.sum(-d_logits * tl.log(1.0 + terms[4]), axis=0)
         sum_bs += tl.sum(d_logits * log_p, axis=0)
     dk += 2.0 * kf * dkn[:, None]
-    tl.store(
-        DK + bh * T * D + offs_n[:, None] * D + offs_d[None, :],
-        dk,
-        mask=col_ok[:, None] & (offs_d[None, :] < D),
-    )
-    tl.store(
-        DV_OUT + bh * T * DV + offs_n[:, None] * DV + offs_dv[None, :],
-        dv,
-        mask=col_ok[:, None] & (offs_dv[None, :] < DV),
-    )
+    _store_rows(DK, bh, offs_n, T, D, dk, BLOCK_D)
+    _store_rows(DV_OUT, bh, offs_n, T, DV, dv, BLOCK_DV)
     out = DCOEF + (bh * tl.num_programs(0) + pid_n) * 8
     tl.store(out + 0, tl.sum(sum_a, axis=0))
     tl.store(out + 1, tl.sum(sum_s2, axis=0))
@@ -505,50 +498,18 @@ def _backward_queries_kernel(
     BLOCK_DV: tl.constexpr,
 ):
     """One query block: ``dq~`` over the key blocks it sees."""
-    pid_m = tl.program_id(0)
-    bh = tl.program_id(1)
-    head = bh % H
-    a, s2, e2, g2, gs, c, bs = _coefficients(COEF, head)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
-    offs_dv = tl.arange(0, BLOCK_DV)
-    row_ok = offs_m < T
-    q = tl.load(
-        Q + bh * T * D + offs_m[:, None] * D + offs_d[None, :],
-        mask=row_ok[:, None] & (offs_d[None, :] < D),
-        other=0.0,
-    )
-    do = tl.load(
-        DO + bh * T * DV + offs_m[:, None] * DV + offs_dv[None, :],
-        mask=row_ok[:, None] & (offs_dv[None, :] < DV),
-        other=0.0,
-    )
+    pid_m, bh, offs_m, times = _program(TIMES, H, stride_tb, BLOCK_M)
+    a, s2, e2, g2, gs, c, bs = _coefficients(COEF, bh % H)
+    q, qn, ti = _load_block(Q, times, bh, offs_m, T, D, BLOCK_D)
     qf = q.to(tl.float32)
-    qn = tl.sum(qf * qf, axis=1)
-    times = TIMES + (bh // H) * stride_tb
-    ti = tl.load(times + offs_m, mask=row_ok, other=0.0)
-    lse = tl.load(LSE + bh * T + offs_m, mask=row_ok, other=0.0)
-    delta = tl.load(DELTA + bh * T + offs_m, mask=row_ok, other=0.0)
+    do, lse, delta = _load_upstream(DO, LSE, DELTA, bh, offs_m, T, DV, BLOCK_DV)
 
     dq = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
     dqn = tl.zeros((BLOCK_M,), dtype=tl.float32)
-    stop = tl.minimum((pid_m + 1) * BLOCK_M, T) if CAUSAL else T
-    for start_n in range(0, stop, BLOCK_N):
+    for start_n in range(0, _keys_end(pid_m, T, BLOCK_M, CAUSAL), BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        col_ok = offs_n < T
-        k = tl.load(
-            K + bh * T * D + offs_n[:, None] * D + offs_d[None, :],
-            mask=col_ok[:, None] & (offs_d[None, :] < D),
-            other=0.0,
-        )
-        v = tl.load(
-            V + bh * T * DV + offs_n[:, None] * DV + offs_dv[None, :],
-            mask=col_ok[:, None] & (offs_dv[None, :] < DV),
-            other=0.0,
-        )
-        kf = k.to(tl.float32)
-        kn = tl.sum(kf * kf, axis=1)
-        tj = tl.load(times + offs_n, mask=col_ok, other=0.0)
+        k, kn, tj = _load_block(K, times, bh, offs_n, T, D, BLOCK_D)
+        v = _load_rows(V, bh, offs_n, T, DV, BLOCK_DV)
         visible = _visible(offs_m, offs_n, T, CAUSAL)
         y, d_logits, du, d_log_e, terms = _tile_gradients(
             q, k, v, do, qn, kn, ti, tj, lse, delta, visible,
@@ -558,11 +519,7 @@ def _backward_queries_kernel(
         dq += _mm(ds.to(k.dtype), k, PRECISION, UPCAST)
         dqn += tl.sum(du * terms[5], axis=1)
     dq += 2.0 * qf * dqn[:, None]
-    tl.store(
-        DQ + bh * T * D + offs_m[:, None] * D + offs_d[None, :],
-        dq,
-        mask=row_ok[:, None] & (offs_d[None, :] < D),
-    )
+    _store_rows(DQ, bh, offs_m, T, D, dq, BLOCK_D)
 
 
 # ---------------------------------------------------------------------------------------------

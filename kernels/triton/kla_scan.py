@@ -91,6 +91,31 @@ def _last_row(tile, rows, CHUNK: tl.constexpr):
 
 
 @triton.jit
+def _program(LAM0, MU0, C, BLOCK_C: tl.constexpr):
+    """``(b, channels (BLOCK_C,), their mask, lam0, mu0)`` of this program's (B, C) slice."""
+    pid_b = tl.program_id(0).to(tl.int64)  # batch offsets may pass 2^31 elements
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cmask = cols < C
+    lam0 = tl.load(LAM0 + pid_b * C + cols, mask=cmask, other=1.0)
+    mu0 = tl.load(MU0 + pid_b * C + cols, mask=cmask, other=0.0)
+    return pid_b, cols, cmask, lam0, mu0
+
+
+@triton.jit
+def _load_token(X, pid_b, t, c, s_b, s_t, s_c, mask, other: tl.constexpr):
+    """Entries ``(pid_b, t, c)`` of a (B, T, C) token input of any strides, in fp32; masked
+    entries read ``other``."""
+    return tl.load(X + pid_b * s_b + t * s_t + c * s_c, mask=mask, other=other).to(tl.float32)
+
+
+@triton.jit
+def _gate(a, phi, var):
+    """``g = a_bar (1 - phi var)``, the mean scan's gate."""
+    # 1 - phi var = lam_prior / lam in [0, 1]; rounding may dip below 0 by an ulp: clamp
+    return a * tl.maximum(1.0 - phi * var, 0.0)
+
+
+@triton.jit
 def _kla_fwd_kernel(
     PHI, BV, A, P, LAM0, MU0, VAR, MEAN,
     T, C,
@@ -98,12 +123,8 @@ def _kla_fwd_kernel(
     s_a_b, s_a_t, s_a_c, s_p_b, s_p_t, s_p_c,
     CHUNK: tl.constexpr, BLOCK_C: tl.constexpr,
 ):  # fmt: skip
-    pid_b = tl.program_id(0).to(tl.int64)  # batch offsets may pass 2^31 elements
-    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
-    cmask = cols < C
+    pid_b, cols, cmask, lam0, mu = _program(LAM0, MU0, C, BLOCK_C)
     rows = tl.arange(0, CHUNK)
-    lam0 = tl.load(LAM0 + pid_b * C + cols, mask=cmask, other=1.0)
-    mu = tl.load(MU0 + pid_b * C + cols, mask=cmask, other=0.0)
     x = lam0 / (lam0 + 1.0)  # (lam0, 1) scaled to x + y = 1
     y = 1.0 / (lam0 + 1.0)
     for start in range(0, T, CHUNK):
@@ -111,14 +132,10 @@ def _kla_fwd_kernel(
         m = (t < T)[:, None] & cmask[None, :]
         tt = t[:, None]
         cc = cols[None, :]
-        phi = tl.load(PHI + pid_b * s_phi_b + tt * s_phi_t + cc * s_phi_c, mask=m, other=0.0)
-        bv = tl.load(BV + pid_b * s_bv_b + tt * s_bv_t + cc * s_bv_c, mask=m, other=0.0)
-        a = tl.load(A + pid_b * s_a_b + tt * s_a_t + cc * s_a_c, mask=m, other=1.0)
-        p = tl.load(P + pid_b * s_p_b + tt * s_p_t + cc * s_p_c, mask=m, other=0.0)
-        phi = phi.to(tl.float32)
-        bv = bv.to(tl.float32)
-        a = a.to(tl.float32)
-        p = p.to(tl.float32)
+        phi = _load_token(PHI, pid_b, tt, cc, s_phi_b, s_phi_t, s_phi_c, m, 0.0)
+        bv = _load_token(BV, pid_b, tt, cc, s_bv_b, s_bv_t, s_bv_c, m, 0.0)
+        a = _load_token(A, pid_b, tt, cc, s_a_b, s_a_t, s_a_c, m, 1.0)
+        p = _load_token(P, pid_b, tt, cc, s_p_b, s_p_t, s_p_c, m, 0.0)
         a2 = a * a
         inv = 1.0 / (1.0 + p * phi + a2)  # leaf divided by its trace (> 1): entries in [0, 1]
         m00, m01, m10, m11 = tl.associative_scan(
@@ -127,8 +144,7 @@ def _kla_fwd_kernel(
         xt = m00 * x[None, :] + m01 * y[None, :]  # > 0: m00 > 0 and x > 0
         yt = m10 * x[None, :] + m11 * y[None, :]
         var = yt / xt
-        # 1 - phi var = lam_prior / lam in [0, 1]; rounding may dip below 0 by an ulp: clamp
-        g = a * tl.maximum(1.0 - phi * var, 0.0)
+        g = _gate(a, phi, var)
         gg, uu = tl.associative_scan((g, bv * var), 0, _affine_combine)
         mean = gg * mu[None, :] + uu
         out = pid_b * T * C + tt * C + cc
@@ -150,13 +166,9 @@ def _kla_bwd_kernel(
     s_a_b, s_a_t, s_a_c, s_p_b, s_p_t, s_p_c,
     CHUNK: tl.constexpr, BLOCK_C: tl.constexpr,
 ):  # fmt: skip
-    pid_b = tl.program_id(0).to(tl.int64)  # batch offsets may pass 2^31 elements
-    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
-    cmask = cols < C
+    pid_b, cols, cmask, lam0, mu0 = _program(LAM0, MU0, C, BLOCK_C)
     cc = cols[None, :]
     rows = tl.arange(0, CHUNK)
-    lam0 = tl.load(LAM0 + pid_b * C + cols, mask=cmask, other=1.0)
-    mu0 = tl.load(MU0 + pid_b * C + cols, mask=cmask, other=0.0)
     m_carry = tl.zeros((BLOCK_C,), dtype=tl.float32)  # mbar_{t0 + CHUNK}: 0 past the end
     v_carry = tl.zeros((BLOCK_C,), dtype=tl.float32)  # Vbar_{t0 + CHUNK}
     n_chunks = tl.cdiv(T, CHUNK)
@@ -168,14 +180,9 @@ def _kla_bwd_kernel(
         mn = (t + 1 < T)[:, None] & cmask[None, :]
         mp = (t >= 1)[:, None] & m
         first = (t == 0)[:, None]
-        phi = tl.load(PHI + pid_b * s_phi_b + tt * s_phi_t + cc * s_phi_c, mask=m, other=0.0)
-        bv = tl.load(BV + pid_b * s_bv_b + tt * s_bv_t + cc * s_bv_c, mask=m, other=0.0)
-        a = tl.load(A + pid_b * s_a_b + tt * s_a_t + cc * s_a_c, mask=m, other=1.0)
-        p = tl.load(P + pid_b * s_p_b + tt * s_p_t + cc * s_p_c, mask=m, other=0.0)
-        phi = phi.to(tl.float32)
-        bv = bv.to(tl.float32)
-        a = a.to(tl.float32)
-        p = p.to(tl.float32)
+        phi = _load_token(PHI, pid_b, tt, cc, s_phi_b, s_phi_t, s_phi_c, m, 0.0)
+        bv = _load_token(BV, pid_b, tt, cc, s_bv_b, s_bv_t, s_bv_c, m, 0.0)
+        a = _load_token(A, pid_b, tt, cc, s_a_b, s_a_t, s_a_c, m, 1.0)
         var = tl.load(VAR + base + tt * C + cc, mask=m, other=0.0)
         dvar = tl.load(DVAR + base + tt * C + cc, mask=m, other=0.0)
         dmean = tl.load(DMEAN + base + tt * C + cc, mask=m, other=0.0)
@@ -184,12 +191,10 @@ def _kla_bwd_kernel(
         var_prev = tl.where(first, (1.0 / lam0)[None, :], var_prev)
         mean_prev = tl.where(first, mu0[None, :], mean_prev)
         # g_{t+1}; past the end phi = var = 0, a = 1: gate 1 with zero input is the identity
-        phi_n = tl.load(
-            PHI + pid_b * s_phi_b + (tt + 1) * s_phi_t + cc * s_phi_c, mask=mn, other=0.0
-        )
-        a_n = tl.load(A + pid_b * s_a_b + (tt + 1) * s_a_t + cc * s_a_c, mask=mn, other=1.0)
+        phi_n = _load_token(PHI, pid_b, tt + 1, cc, s_phi_b, s_phi_t, s_phi_c, mn, 0.0)
+        a_n = _load_token(A, pid_b, tt + 1, cc, s_a_b, s_a_t, s_a_c, mn, 1.0)
         var_n = tl.load(VAR + base + (tt + 1) * C + cc, mask=mn, other=0.0)
-        g_n = a_n.to(tl.float32) * tl.maximum(1.0 - phi_n.to(tl.float32) * var_n, 0.0)
+        g_n = _gate(a_n, phi_n, var_n)
         # the forward's clamp of 1 - phi var at 0 (rounding) passes no gradient where active
         r_raw = 1.0 - phi * var
         live = r_raw > 0.0
@@ -209,10 +214,10 @@ def _kla_bwd_kernel(
         m_carry = _last_row(mbar, rows, CHUNK)
         v_carry = _last_row(vbar, rows, CHUNK)
     # token 0 reads the initial belief: d mu_{-1} = g_0 mbar_0, d var_{-1} = g_0^2 Vbar_0
-    phi0 = tl.load(PHI + pid_b * s_phi_b + cols * s_phi_c, mask=cmask, other=0.0).to(tl.float32)
-    a0 = tl.load(A + pid_b * s_a_b + cols * s_a_c, mask=cmask, other=1.0).to(tl.float32)
+    phi0 = _load_token(PHI, pid_b, 0, cols, s_phi_b, s_phi_t, s_phi_c, cmask, 0.0)
+    a0 = _load_token(A, pid_b, 0, cols, s_a_b, s_a_t, s_a_c, cmask, 1.0)
     var0 = tl.load(VAR + base + cols, mask=cmask, other=0.0)
-    g0 = a0 * tl.maximum(1.0 - phi0 * var0, 0.0)
+    g0 = _gate(a0, phi0, var0)
     dmu0 = g0 * m_carry
     tl.store(DMU0 + pid_b * C + cols, dmu0, mask=cmask)
     tl.store(DLAM0 + pid_b * C + cols, -g0 * g0 * v_carry / (lam0 * lam0), mask=cmask)

@@ -1,13 +1,11 @@
 """Training curves against the Kalman optimum and the learned-dynamics table.
 
-The quick ``afa-2d-b`` run takes minutes of CPU (219 s CPU, 430 s wall on the shared 2-core
-machine), so the fast tests feed the figure a tiny run of the same case (`_tiny_report`, a few
-seconds) through `figures.trained.report`, and one slow test checks the real quick run.
+The fast tests read a tiny run of the afa-2d-b case (`tests.figures.conftest.tiny_report`, 6
+steps) through `figures.trained.report`; one slow test checks the real quick run.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 
@@ -16,33 +14,14 @@ import pytest
 
 from figures import cli, trained
 from figures import training_curves as tc
-from tests.figures.conftest import REAL_REPORT
-from verify.mle_convergence import CASES, learned_dynamics, prediction_ratio
-
-
-def _tiny_report():
-    # The afa-2d-b case's layer, data and schedule, shrunk: 6 steps on 8 paths of 30
-    # measurements, a held-out evaluation every 2 steps.
-    config = dataclasses.replace(
-        CASES["afa-2d-b"].config(quick=True),
-        steps=6,
-        eval_every=2,
-        n_paths=8,
-        holdout_paths=4,
-        batch_size=4,
-        n_steps=300,
-    )
-    return prediction_ratio(config)
+from tests.figures.conftest import REAL_REPORT, tiny_report
+from verify.mle_convergence import CASES, learned_dynamics
 
 
 @pytest.fixture(scope="module")
 def tiny():
     """(report, figure data): `compute` reads the tiny run through `figures.trained.report`."""
-    report = _tiny_report()
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(trained, "report", lambda case, *, quick, seed=0: report)
-        data = tc.compute(tc.Config.quick())
-    return report, data
+    return tiny_report("afa-2d-b", quick=True), tc.compute(tc.Config.quick())
 
 
 def test_curve_is_heldout_mse_over_kalman(tiny):
