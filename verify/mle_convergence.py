@@ -229,12 +229,17 @@ CASES["rt-sphere-3d-b"] = Case(
 )
 
 
-@cache
 def trained_case(name: str, *, quick: bool, seed: int = 0) -> ConvergenceReport:
     """`prediction_ratio` of ``CASES[name]`` (quick or full length), trained once per process:
     the registered checks and the figures share it. Deterministic in ``seed``."""
     if name not in CASES:
         raise ValueError(f"unknown case {name!r}; known: {', '.join(CASES)}")
+    return _trained(name, bool(quick), int(seed))
+
+
+@cache
+def _trained(name: str, quick: bool, seed: int) -> ConvergenceReport:
+    # positional, normalised arguments: one cache entry per run however the caller spells it
     return prediction_ratio(CASES[name].config(quick=quick, seed=seed))
 
 

@@ -17,10 +17,14 @@ from verify.mle_convergence import CASES, prediction_ratio
 REAL_REPORT = trained.report
 
 
-@cache
 def tiny_report(case: str, *, quick: bool, seed: int = 0):
-    """``CASES[case]`` shrunk to 6 optimizer steps on 8 training and 4 held-out paths."""
-    del quick  # the tiny run stands in for both lengths
+    """``CASES[case]`` shrunk to 6 optimizer steps on 8 training and 4 held-out paths (the tiny
+    run stands in for both lengths)."""
+    return _tiny(case, int(seed))
+
+
+@cache
+def _tiny(case: str, seed: int):
     config = dataclasses.replace(
         CASES[case].config(quick=True, seed=seed),
         steps=6,

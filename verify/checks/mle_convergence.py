@@ -1,18 +1,21 @@
 """Trained layers approach the optimal one-step predictor and learn the dynamics (issue 7).
 
 For every `verify.mle_convergence.CASES` entry a check trains the layer (quick or full length)
-and bounds the held-out one-step MSE ratio to its reference (the Kalman optimum for linear
-systems, the mean-field RT estimator for the radial-tangential one). The afa-2d b run also
-checks the learned dynamics against the truth and the parameter MLE.
+and bounds the held-out one-step MSE ratio to its reference (the Kalman filter with the true
+parameters for linear systems, the mean-field RT estimator with the true parameters for the
+radial-tangential one). The afa-2d b run also checks the learned dynamics against the truth
+and the parameter MLE.
 
-How the bounds were set (measured by ``python -m verify --only mle_convergence`` and the runs
-recorded in BENCHMARKS.md, "Training"): each case was trained with seeds 0, 1, 2; a bound is
-the largest of the three ratios plus three times their range (the seed-to-seed spread), rounded
-up. Every bound is far below the untrained model's ratio (hundreds), so a harness that does not
-learn fails; the checks run seed 0. For the Kalman references the ratio must also be >= 0.95:
-no predictor beats the Kalman filter in expectation (the held-out set has 64 paths of about 100
-one-step errors each, whose MSE has a relative standard error of about 2%), so a clearly smaller
-ratio means the model sees the target it predicts (a leak).
+How the bounds were set (`benchmarks/bench_training.py`, recorded in BENCHMARKS.md,
+"Training"): each case was trained with seeds 0, 1, 2 at both lengths; a bound is the largest of
+the three ratios plus three times their range (the seed-to-seed spread), rounded up to a
+multiple of 0.05. For afa-2d b at full length that gives 1.10, the issue's target. Every bound is
+far below the untrained model's ratio (hundreds), so a harness that does not learn fails; the
+checks run seed 0. For the Kalman references the ratio must also be >= 0.95: no predictor beats
+the Kalman filter in expectation (the held-out set has 64 paths of about 100 one-step errors
+each, whose MSE has a relative standard error of about 2%), so a clearly smaller ratio means the
+model sees the target it predicts (a leak). The RT reference is not an optimum (it ignores the
+correlation of transported measurements), so it has no lower bound.
 """
 
 from __future__ import annotations
@@ -22,8 +25,15 @@ from verify.registry import Outcome, check, seed
 
 LOWER_BOUND = 0.95
 
-# case -> (quick bound, full bound): see the module docstring.
-BOUNDS: dict[str, tuple[float, float]] = {}
+# case -> (quick bound, full bound); measured ratios (seeds 0, 1, 2) in the comments.
+BOUNDS: dict[str, tuple[float, float]] = {
+    "afa-2d-a": (3.55, 1.35),  # quick 1.27 1.41 1.84; full 1.10 1.15 1.13
+    "afa-2d-b": (1.55, 1.10),  # quick 1.37 1.31 1.32; full 1.031 1.037 1.029
+    "afa-2d-c": (1.80, 1.15),  # quick 1.07 1.18 1.25; full 1.044 1.046 1.027
+    "rotation-3d": (1.05, 1.05),  # quick 1.008 1.014 1.006; full 1.003 1.004 1.005
+    "ou": (1.25, 1.10),  # quick 1.064 1.011 1.023; full 1.004 1.003 1.019
+    "rt-sphere-3d-b": (1.45, 1.10),  # quick 1.28 1.26 1.23; full 0.82 0.75 0.74
+}
 
 SOURCES = {
     "afa-2d": seed(0, "2.3, 3.1, 4.2 (Fig. 1)"),
@@ -84,7 +94,10 @@ def _afa_2d_b_learned_dynamics(quick: bool) -> Outcome:
     true ones within the layer's family, so the loss does not identify the true parameters:
     the mean-field weights ignore the correlation of pulled-forward measurements under process
     noise, and the learned decay, frequency and noise ratio compensate. The learned values are
-    reported in the detail, not bounded.
+    reported in the detail, not bounded. Measured at full length, seeds 0, 1, 2 (truth 0.1, 1,
+    0.6): decay 0.25, 0.53, 0.35; |omega| 0.97, 0.66, 0.99; sigma^2/eta^2 0.033, 0.035, 0.018,
+    all at held-out MSE 1.03-1.04 x Kalman and 0.67-0.69 x the true-parameter layer: the loss is
+    nearly flat along these directions, and the MLE's z-scores stay below 2.
     """
     report = trained_case("afa-2d-b", quick=quick)
     rows = learned_dynamics(report)
