@@ -190,8 +190,8 @@ def caption(data: Data) -> str:
         "The 2-D spiral A = [[0.9, -2], [1, -1.1]] at the three noise settings of seed 000 "
         "Fig. 1: one exactly simulated path (black), its measurements (red), the one-step "
         "predictions of a one-layer robust AFA trained on measurements of that noise setting "
-        "only (python -m verify train; verify.mle_convergence.CASES) and those of the Kalman "
-        "filter with the true parameters (blue), the optimum the layer should approach. "
+        "only (green; python -m verify train; verify.mle_convergence.CASES) and those of the "
+        "Kalman filter with the true parameters (blue), the optimum the layer should approach. "
         f"One-step prediction MSE against the measurements: {mses}."
     )
 
