@@ -16,6 +16,7 @@ Run::
     python benchmarks/bench_training.py                         # every case, seeds 0 1 2
     python benchmarks/bench_training.py --cases afa-2d-b --seeds 0 1 2 3
     python benchmarks/bench_training.py --quick --json out/training.json
+    python benchmarks/bench_training.py --cases unrolled-afa-ou-nll --parameters
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import argparse
 import dataclasses
 import datetime
 import json
+import math
 import platform
 import sys
 from pathlib import Path
@@ -31,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from verify.mle_convergence import CASES, prediction_ratio
+from verify.mle_convergence import CASES, parameter_recovery, prediction_ratio
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -42,15 +44,27 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=int, default=None, help="override the training length")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows as JSON")
+    parser.add_argument(
+        "--parameters",
+        action="store_true",
+        help="also fit the parameter MLE on the training paths and print the learned "
+        "parameters' largest distance to it in standard errors (and the log-likelihood gap)",
+    )
     return parser
 
 
-def run(case: str, seed: int, *, quick: bool, steps: int | None) -> dict:
+def run(case: str, seed: int, *, quick: bool, steps: int | None, parameters: bool) -> dict:
     """Train one case and seed; the row of the table."""
     config = CASES[case].config(quick=quick, seed=seed)
     if steps is not None:
         config = dataclasses.replace(config, steps=steps, eval_every=max(steps // 8, 1))
     report = prediction_ratio(config)
+    recovery = None
+    if parameters:
+        try:
+            recovery = parameter_recovery(report)
+        except ValueError:  # a layer or preset without a parameter MLE table
+            recovery = None
     return {
         "case": case,
         "seed": seed,
@@ -63,6 +77,9 @@ def run(case: str, seed: int, *, quick: bool, steps: int | None) -> dict:
         "curve": [
             m["heldout_mse"] / report.references[CASES[case].reference] for m in report.metrics
         ],
+        "max_z": math.nan if recovery is None else recovery.max_z,
+        "loglik_gap": math.nan if recovery is None else recovery.loglik_gap,
+        "parameters": None if recovery is None else recovery.summary(),
     }
 
 
@@ -82,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for case in args.cases:
         for seed in args.seeds:
-            row = run(case, seed, quick=args.quick, steps=args.steps)
+            row = run(case, seed, quick=args.quick, steps=args.steps, parameters=args.parameters)
             rows.append(row)
             ratios = row["ratios"]
             mle = ratios.get("mle", np.nan)
@@ -92,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{row['cpu_s']:7.1f}",
                 flush=True,
             )
+            if row["parameters"] is not None:
+                print(f"    parameters: {row['parameters']}", flush=True)
     for case in args.cases:
         values = np.array([r["ratio"] for r in rows if r["case"] == case])
         cpu = np.array([r["cpu_s"] for r in rows if r["case"] == case])

@@ -22,6 +22,7 @@ FIGURES: dict[str, str] = {
     "fig3_attention_maps": "figures.fig3_attention_maps",
     "covariance_vs_lag": "figures.covariance_vs_lag",
     "training_curves": "figures.training_curves",
+    "convergence_vs_data": "figures.convergence_vs_data",
 }
 
 

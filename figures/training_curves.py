@@ -13,7 +13,12 @@ row of two panels:
    (``MSE_mle / MSE_kalman``: what a one-layer AFA with the true parameters computes, seed 000
    A.2), the last-measurement predictor (``MSE_last / MSE_kalman``) and issue 7's target
    `TARGET`;
-2. the table of `verify.mle_convergence.learned_dynamics`: per identifiable quantity its true
+2. each learned parameter against the optimizer step, in standard errors of the parameter MLE
+   on the training paths, ``(learned_k - MLE) / se`` (`verify.mle_convergence.
+   parameter_trajectory`), with the band ``MLE +- 1 se``: a layer that arrives at the MLE
+   ends inside it (the well-specified cases, `verify.well_specified`), one whose loss has its
+   minimum elsewhere does not (afa-2d b: the batch form is misspecified under process noise);
+3. the table of `verify.mle_convergence.learned_dynamics`: per identifiable quantity its true
    value, the parameter MLE on the training paths with its standard error, the layer's learned
    value and whether ``|learned - MLE| <= 3 se`` (`SE_LEVEL`); below it the rows' notes (how a
    value is read off the layer and what is not identified).
@@ -30,17 +35,26 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from verify.mle_convergence import ParameterRow, learned_dynamics
+from verify.mle_convergence import ParameterRow, learned_dynamics, parameter_trajectory
 
 NAME = "training_curves"
 TITLE = "Training curves against the Kalman optimum; learned vs true dynamics"
-SOURCE = "seed 000 sections 2.3, 3.1, A.2 (one-step prediction loss, MLE); issue 7"
+SOURCE = "seed 000 sections 2.3, 3.1, A.2, B.2 (one-step prediction loss, MLE); issues 7, 13"
 # Issue 7's target for the held-out one-step MSE / Kalman optimum.
 TARGET = 1.10
 # A learned value "agrees" with the parameter MLE within this many standard errors.
 SE_LEVEL = 3.0
-# Systems `learned_dynamics` reads (linear presets with a Kalman optimum and a one-layer AFA).
-SUPPORTED = ("afa-2d-b", "afa-2d-c", "rotation-3d", "ou")
+# Systems `learned_dynamics` reads (linear presets with a Kalman optimum and a one-layer AFA or
+# unrolled AFA). The unrolled ones are well-specified: their family holds the Kalman filter.
+SUPPORTED = (
+    "afa-2d-b",
+    "afa-2d-c",
+    "rotation-3d",
+    "ou",
+    "unrolled-afa-ou",
+    "unrolled-afa-ou-nll",
+    "unrolled-afa-rotation-3d",
+)
 # Reference predictors drawn as horizontal lines, in `reference_mses` names, with their labels.
 REFERENCES = {
     "kalman": "Kalman, true parameters (optimum)",
@@ -63,7 +77,13 @@ class Config:
     `SUPPORTED`); ``quick_training``: the cases' quick length instead of the full one;
     ``seed`` of the training runs."""
 
-    cases: tuple[str, ...] = ("afa-2d-b", "rotation-3d", "ou")
+    cases: tuple[str, ...] = (
+        "afa-2d-b",
+        "rotation-3d",
+        "ou",
+        "unrolled-afa-ou-nll",
+        "unrolled-afa-rotation-3d",
+    )
     quick_training: bool = False
     seed: int = 0
 
@@ -97,6 +117,8 @@ class Panel:
     final_ratio : the trained model's ratio (the last evaluation).
     cpu_s, wall_s : CPU and wall seconds of the training.
     rows : the learned-dynamics table (`verify.mle_convergence.ParameterRow`).
+    trajectory_steps : (m,) the steps of ``trajectory``.
+    trajectory : row name -> (m,) learned values during training.
     """
 
     case: str
@@ -110,6 +132,16 @@ class Panel:
     cpu_s: float
     wall_s: float
     rows: tuple[ParameterRow, ...]
+    trajectory_steps: np.ndarray
+    trajectory: dict[str, np.ndarray]
+
+    def z_trajectory(self) -> dict[str, np.ndarray]:
+        """Row name -> ``(learned_k - MLE) / se`` over the training (rows with an se only)."""
+        return {
+            r.name: (self.trajectory[r.name] - r.mle) / r.mle_se
+            for r in self.rows
+            if math.isfinite(r.mle_se) and r.mle_se > 0
+        }
 
 
 @dataclass(frozen=True)
@@ -131,6 +163,7 @@ def _panel(case: str, cfg: Config) -> Panel:
     report = trained.report(case, quick=cfg.quick_training, seed=cfg.seed)
     kalman = report.references["kalman"]
     metrics = report.metrics
+    steps, trajectory = parameter_trajectory(report)
     return Panel(
         case=case,
         layer=report.config.layer,
@@ -143,6 +176,8 @@ def _panel(case: str, cfg: Config) -> Panel:
         cpu_s=report.cpu_s,
         wall_s=report.wall_s,
         rows=tuple(learned_dynamics(report)),
+        trajectory_steps=steps,
+        trajectory=trajectory,
     )
 
 
@@ -182,15 +217,17 @@ def notes(panel: Panel) -> list[str]:
 
 
 def plot(data: Data):
-    """Per case: the ratio curve (log y) with the reference lines, and the parameter table."""
+    """Per case: the ratio curve (log y) with the reference lines, the parameters in standard
+    errors of the MLE against the step, and the parameter table."""
     from figures import style
 
     with style.context():
         n = len(data.panels)
-        fig = style.new_figure(figsize=(13, 4.2 * n))
-        axes = np.atleast_2d(fig.subplots(n, 2, width_ratios=(1, 1.25)))
-        for (curve_ax, table_ax), p in zip(axes, data.panels, strict=True):
+        fig = style.new_figure(figsize=(19, 4.4 * n))
+        axes = np.atleast_2d(fig.subplots(n, 3, width_ratios=(1, 1, 1.3)))
+        for (curve_ax, param_ax, table_ax), p in zip(axes, data.panels, strict=True):
             _plot_curve(curve_ax, p)
+            _plot_parameters(param_ax, p)
             _plot_table(table_ax, p)
         fig.suptitle(TITLE)
     return fig
@@ -212,6 +249,19 @@ def _plot_curve(ax, p: Panel) -> None:
         f"{p.case}: {p.layer}, final ratio {p.final_ratio:.3f} ({p.cpu_s:.0f} s CPU training)"
     )
     ax.legend(loc="upper right")
+
+
+def _plot_parameters(ax, p: Panel) -> None:
+    ax.axhspan(-1.0, 1.0, color="tab:blue", alpha=0.15, lw=0, label="MLE +- 1 se")
+    ax.axhline(0.0, color="tab:blue", lw=1.0)
+    for k, (name, z) in enumerate(p.z_trajectory().items()):
+        ax.plot(p.trajectory_steps, z, "-", color=f"C{k % 10}", lw=1.2, label=name)
+    ax.set_yscale("symlog", linthresh=1.0)
+    ax.set_xscale("log")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("(learned - MLE) / se")
+    ax.set_title(f"{p.case}: learned parameters in standard errors of the MLE")
+    ax.legend(loc="upper right", fontsize=6, ncol=2)
 
 
 def _plot_table(ax, p: Panel) -> None:
@@ -266,7 +316,13 @@ def caption(data: Data) -> str:
         "Left: held-out one-step prediction MSE of the trained layer divided by that of the "
         "Kalman filter with the true parameters (the optimum, 1), against the optimizer step; "
         "lines: the batch MLE with the true parameters and the last-measurement predictor, "
-        "on the same held-out paths. Right: the layer's dynamics against the truth and the "
+        "on the same held-out paths. Middle: each learned parameter during training, in "
+        "standard errors of the parameter MLE (band: MLE +- 1 se). Converging in parameters "
+        "needs a family that holds the optimum: the unrolled AFA cases (the recursive filter "
+        "with nu = inf is the Kalman filter) do; the batch AFA on afa-2d b/c and ou does not "
+        "(it treats the pulled-forward measurements as independent, so with process noise "
+        "its loss has its minimum away from the true parameters) and converges in prediction "
+        "only. Right: the layer's dynamics against the truth and the "
         f"parameter MLE on the training paths (+- one standard error; agreement within "
         f"{SE_LEVEL:g} se). " + " ".join(parts)
     )

@@ -90,8 +90,9 @@ def build_train_parser() -> argparse.ArgumentParser:
     default = TrainConfig()
     parser = OneLineParser(
         prog=f"{PROG} train",
-        description="Train one attention layer on simulated measurements with the one-step "
-        "prediction loss; writes config.json, metrics.jsonl and checkpoint.pt into --out.",
+        description="Train one attention layer on simulated measurements with a one-step "
+        "prediction loss (MSE, or the Gaussian NLL of the layer's own predictive law); writes "
+        "config.json, metrics.jsonl and checkpoint.pt into --out.",
     )
     parser.add_argument("--layer", default=default.layer, help=f"one of {', '.join(LAYERS)}")
     parser.add_argument("--preset", default=default.preset, help="sde_sim preset name")
@@ -119,6 +120,12 @@ def build_train_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dtype", default=default.dtype, help="float32 or float64")
     parser.add_argument(
         "--schedule", default=default.schedule, help="learning rate: constant, cosine or tail"
+    )
+    parser.add_argument(
+        "--loss",
+        default=default.loss,
+        help="mse, or nll: the Gaussian negative log-likelihood of the one-step predictions "
+        "under the layer's predictive law (unrolled-afa)",
     )
     parser.add_argument(
         "--layer-option",
@@ -173,6 +180,7 @@ def train_main(argv: list[str]) -> int:
             dtype=args.dtype,
             device=args.device,
             schedule=args.schedule,
+            loss=args.loss,
             layer_options=_layer_options(args.layer_option),
         )
         result = train(config, args.out, resume=args.resume, force=args.force, quiet=args.quiet)
@@ -184,7 +192,8 @@ def train_main(argv: list[str]) -> int:
         return 130
     print(
         f"{config.layer} on {config.preset}/{config.variant or 'default'}: step {result.step}, "
-        f"train MSE {result.train_mse:.4g}, held-out one-step MSE {result.heldout_mse:.4g}; "
+        f"train {config.loss.upper()} {result.train_loss:.4g}, held-out one-step MSE "
+        f"{result.heldout_mse:.4g}; "
         f"run in {args.out}"
     )
     return 0

@@ -1,7 +1,17 @@
 """Train an attention layer on simulated measurements with the one-step prediction loss.
 
-The model sees measurements only: from ``z_0..z_i`` it predicts ``z_{i+1}`` (seed 000 2.3, 3.1),
-and the loss is the mean squared prediction error over ``i = 0..M-2``, all paths and coordinates.
+The model sees measurements only: from ``z_0..z_i`` it predicts ``z_{i+1}`` (seed 000 2.3, 3.1).
+The loss (``TrainConfig.loss``) is the mean squared prediction error over ``i = 0..M-2``, all
+paths and coordinates (``"mse"``), or the Gaussian negative log-likelihood of those predictions
+(``"nll"``) under the predictive law the layer states itself (``predictive(x, t) -> (mean,
+cov)``, available on layers that carry a variance: the unrolled AFA with ``predict=True``):
+
+    NLL = sum_paths sum_{i=0}^{M-2} 1/2 (r_i^T Sigma_i^-1 r_i + log det Sigma_i + d log 2 pi),
+    r_i = z_{i+1} - mean_i,
+
+the innovations decomposition of the log-likelihood with a diffuse start (the first
+measurement adds no term). For a Kalman-equivalent layer it *is* `estimators.fit`'s
+``-log L``, so its minimiser is the parameter MLE within the layer's family.
 A `OneStepPredictor` wraps one layer of `kernels.layers` between an optional input projection
 ``R^d -> R^E`` and an output projection ``R^E -> R^d`` (none when ``embed_dim`` is None: the layer
 then works on the ``d`` measurement coordinates directly, as the seed's one-layer AFA does).
@@ -44,6 +54,7 @@ CONFIG = "config.json"
 RUN_FILES = (CHECKPOINT, METRICS, CONFIG)
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 SCHEDULES = ("constant", "cosine", "tail")
+LOSSES = ("mse", "nll")
 TAIL = 0.2  # the share of the steps over which the "tail" schedule decays to 0
 # Constructor arguments the harness sets itself (TrainConfig fields or derived from the data).
 RESERVED_OPTIONS = ("embed_dim", "num_heads", "generator", "dtype", "device", "max_len")
@@ -150,6 +161,9 @@ class TrainConfig:
         cannot be resumed with a different ``steps``.
     layer_options : extra keyword options of the layer's constructor, JSON values only (for
         example ``{"nu": 1.0, "learn_nu": True}`` for a robust AFA).
+    loss : ``"mse"`` (one-step mean squared error) or ``"nll"`` (the Gaussian negative
+        log-likelihood of the one-step predictions under the layer's own predictive law; the
+        layer must provide ``predictive``, see the module docstring).
     """
 
     layer: str = "afa"
@@ -171,6 +185,7 @@ class TrainConfig:
     device: str = "cpu"
     schedule: str = "constant"
     layer_options: dict = dataclasses.field(default_factory=dict)
+    loss: str = "mse"
 
     def __post_init__(self) -> None:
         if self.layer not in LAYERS:
@@ -213,6 +228,8 @@ class TrainConfig:
                 f"schedule must be one of {', '.join(SCHEDULES)}; found {self.schedule!r}"
             )
         _check_layer_options(self.layer_options)
+        if self.loss not in LOSSES:
+            raise ValueError(f"loss must be one of {', '.join(LOSSES)}; found {self.loss!r}")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -306,6 +323,32 @@ class OneStepPredictor(nn.Module):
             y = self.out_proj(y)
         return y * self.scale
 
+    @property
+    def has_predictive(self) -> bool:
+        """Whether the layer states a predictive law (``predictive``; the ``"nll"`` loss)."""
+        predictive = getattr(self.layer, "predictive", None)
+        return callable(predictive) and getattr(self.layer, "predict", True)
+
+    def predictive(
+        self, z: torch.Tensor, t: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``z (B, M, d)`` -> one-step predictive ``(mean (B, M, d), cov (B, M, d, d))`` in the
+        units of ``z``: the layer's law pushed through ``P_out`` and the scale."""
+        if not self.has_predictive:
+            raise ValueError(
+                f"{type(self.layer).__name__} states no predictive law (it needs a "
+                "predictive(x, t) method and predict=True; the unrolled AFA layer has one)"
+            )
+        x = z / self.scale
+        if self.in_proj is not None:
+            x = self.in_proj(x)
+        mean, cov = self.layer.predictive(x, t)
+        if self.out_proj is not None:
+            mean = self.out_proj(mean)
+            weight = self.out_proj.weight
+            cov = weight @ cov @ weight.T
+        return mean * self.scale, cov * self.scale**2
+
 
 def _linear(d_in: int, d_out: int, generator, factory) -> nn.Linear:
     """``nn.Linear`` with PyTorch's default ``U(-1/sqrt(d_in), 1/sqrt(d_in))`` init drawn from
@@ -328,6 +371,12 @@ class Data(NamedTuple):
     t: torch.Tensor
     train_sim: Simulation
     holdout_sim: Simulation
+
+    @property
+    def t_interval(self) -> float:
+        """The mean measurement interval ``Delta`` (simulation time units): one unit of ``t``."""
+        t_obs = self.train_sim.t_obs
+        return float((t_obs[-1] - t_obs[0]) / (t_obs.shape[0] - 1))
 
 
 def simulation_seeds(seed: int) -> tuple[int, int]:
@@ -374,12 +423,45 @@ def one_step_mse(model: nn.Module, z: torch.Tensor, t: torch.Tensor | None = Non
     return torch.mean((model(z, t)[:, :-1] - z[:, 1:]) ** 2)
 
 
+_LOG_2PI = math.log(2 * math.pi)
+
+
+def one_step_nll(model: OneStepPredictor, z: torch.Tensor, t: torch.Tensor | None = None):
+    """The Gaussian negative log-likelihood of the one-step predictions (module docstring),
+    per path, ``(B,)``: ``sum_{i=0}^{M-2} 1/2 (r_i^T Sigma_i^-1 r_i + log det Sigma_i +
+    d log 2 pi)`` with ``(mean, Sigma) = model.predictive(z, t)`` and ``r_i = z_{i+1} -
+    mean_i``. Raises ValueError where a ``Sigma_i`` is not positive definite."""
+    mean, cov = model.predictive(z, t)
+    residual = z[:, 1:] - mean[:, :-1]
+    factor, info = torch.linalg.cholesky_ex(cov[:, :-1])
+    if bool((info != 0).any()):
+        raise ValueError(
+            "the model's predictive covariance is not positive definite (a degenerate output "
+            "projection); the nll loss needs a full-rank predictive law"
+        )
+    white = torch.linalg.solve_triangular(factor, residual.unsqueeze(-1), upper=False)
+    quadratic = white.squeeze(-1).pow(2).sum(-1)
+    log_det = 2 * torch.log(torch.diagonal(factor, dim1=-2, dim2=-1)).sum(-1)
+    d = z.shape[-1]
+    return 0.5 * (quadratic + log_det + d * _LOG_2PI).sum(-1)
+
+
+def training_loss(config: TrainConfig, model: OneStepPredictor, z, t) -> torch.Tensor:
+    """The loss of one batch in the data's scaled units (order one whatever the preset):
+    the MSE divided by ``scale^2``, or the NLL per scalar measurement plus ``log scale``."""
+    if config.loss == "mse":
+        return one_step_mse(model, z, t) / model.scale**2
+    rows = z.shape[0] * (z.shape[1] - 1) * z.shape[2]
+    return one_step_nll(model, z, t).sum() / rows - torch.log(model.scale)
+
+
 class TrainResult(NamedTuple):
-    """The trained model, the step reached and the last metrics (original units)."""
+    """The trained model, the step reached and the last metrics (original units; ``train_loss``
+    is the last batch's MSE or NLL per scalar measurement, per ``config.loss``)."""
 
     model: OneStepPredictor
     step: int
-    train_mse: float
+    train_loss: float
     heldout_mse: float
     metrics: list[dict]
 
@@ -442,6 +524,11 @@ def train(
     run = None if out is None else Path(out)
     data = make_data(config)
     model = build_model(config, data)  # bad layer options fail here, before the run directory
+    if config.loss == "nll" and not model.has_predictive:
+        raise ValueError(
+            f"loss 'nll' needs a layer that states its predictive law; {config.layer!r} "
+            "does not (use 'unrolled-afa', or loss 'mse')"
+        )
     checkpoint = _prepare_run(run, config, resume=resume, force=force)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
     batches = torch.Generator().manual_seed(derived_seed(config.seed, 1))
@@ -456,7 +543,7 @@ def train(
         atomic_write(run / METRICS, lambda fh: None, overwrite=True)
 
     start = time.perf_counter()
-    train_mse = heldout = math.nan
+    train_loss = heldout = math.nan
     progress = _progress_bar(config.steps, step, quiet)
     try:
         while step < config.steps:
@@ -465,21 +552,23 @@ def train(
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate(config, step)
             optimizer.zero_grad(set_to_none=True)
-            loss = one_step_mse(model, batch, data.t) / model.scale**2
+            loss = training_loss(config, model, batch, data.t)
             loss.backward()
             optimizer.step()
             step += 1
-            train_mse = loss.item() * model.scale.item() ** 2
+            train_loss = loss.item()
             if callback is not None:
                 callback(step, model)
             if step % config.eval_every == 0 or step == config.steps:
                 heldout = evaluate(model, data)
                 line = {
                     "step": step,
-                    "train_mse": train_mse,
+                    f"train_{config.loss}": _original_units(config, model, train_loss),
                     "heldout_mse": heldout,
                     "elapsed_s": round(elapsed_before + time.perf_counter() - start, 3),
                 }
+                if config.loss == "nll":
+                    line["heldout_nll"] = heldout_nll(model, data)
                 metrics.append(line)
                 if run is not None:
                     with open(run / METRICS, "a") as fh:
@@ -500,7 +589,13 @@ def train(
         progress.close()
     if math.isnan(heldout):  # resumed at the final step: nothing trained in this call
         heldout = evaluate(model, data)
-    return TrainResult(model, step, train_mse, heldout, metrics)
+    return TrainResult(model, step, _original_units(config, model, train_loss), heldout, metrics)
+
+
+def _original_units(config: TrainConfig, model: OneStepPredictor, loss: float) -> float:
+    """`training_loss` back in the data's units: the MSE, or the NLL per scalar measurement."""
+    scale = model.scale.item()
+    return loss * scale**2 if config.loss == "mse" else loss + math.log(scale)
 
 
 def learning_rate(config: TrainConfig, step: int) -> float:
@@ -518,6 +613,22 @@ def learning_rate(config: TrainConfig, step: int) -> float:
 def evaluate(model: OneStepPredictor, data: Data) -> float:
     """Held-out one-step prediction MSE (original units)."""
     return one_step_mse(model, data.holdout, data.t).item()
+
+
+@torch.no_grad()
+def heldout_nll(model: OneStepPredictor, data: Data) -> float:
+    """Held-out one-step NLL per scalar measurement (original units, `one_step_nll`)."""
+    z = data.holdout
+    return one_step_nll(model, z, data.t).sum().item() / (
+        z.shape[0] * (z.shape[1] - 1) * z.shape[2]
+    )
+
+
+@torch.no_grad()
+def log_likelihood(model: OneStepPredictor, z: torch.Tensor, t=None) -> float:
+    """``log L = -sum_paths one_step_nll``: the model's innovations log-likelihood of ``z``
+    (original units), comparable with `estimators.fit`'s ``log_likelihood`` (diffuse prior)."""
+    return -one_step_nll(model, z, t).sum().item()
 
 
 def save_checkpoint(

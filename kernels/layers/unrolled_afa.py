@@ -46,6 +46,27 @@ cross-time correlation of the noise and the two differ (`estimators.mle` docstri
 
 The layer is causal by construction (a filter reads only the past): ``causal=False`` is refused,
 and so is ``need_weights=True`` (no attention matrix is formed; the batch AFA layer has one).
+
+Predictive distribution (:meth:`UnrolledAdaptiveFilterAttention.predictive`, ``predict=True``):
+the filter carries a variance ``v_i`` per head, so the layer states how sure its prediction
+is. The next measurement's eigen-coordinates have variance
+``c_i = e^{-2 a step} v_i + sigma^2 step (1 - e^{-2 a step}) / (2 a step) + eta^2`` per mode,
+and the real output ``y = Re(L_P w)`` covariance
+``Sigma_i = sum_h c_{h,i} Re(L_P,h L_P,h^H)`` (``L_P,h``: the columns of head ``h``). With
+``L_V = S^-1``, ``L_P = S`` for a real system in a unitary eigenbasis ``S`` (conjugate
+pairs, ``S S^H`` real) and ``nu = inf`` this is the Kalman filter's innovation covariance
+``C P^- C^T + R``, so the Gaussian negative log-likelihood of the predictions is the exact
+innovations likelihood (`estimators.fit`); ``tests/kernels/test_unrolled_afa.py`` checks it.
+
+Known structure can be fixed instead of learned: ``basis="identity"`` drops ``L_V`` and
+``L_P`` (each measurement coordinate is one complex feature with zero imaginary part and the
+output is the real part: the coordinates are the eigen-coordinates, as for independent OU
+channels), and ``rotation=False`` fixes every frequency at 0 (real eigenvalues, a buffer
+rather than a parameter). ``basis="tied"`` learns ``L_V`` and reads out with its inverse,
+``L_P = L_V^-1`` (the seed's ``W_v = S^-1``, ``W_p = S``, with ``S`` learned). Independent
+``L_V`` and ``L_P`` leave the decay unidentified: the product of a feature's read-out and
+read-in weights scales its prediction like ``e^{-a}`` does, so a faster decay with a larger
+product predicts the same in the steady state; tying them removes that freedom.
 """
 
 from __future__ import annotations
@@ -58,12 +79,14 @@ from torch import nn
 
 from kernels._validation import check_heads, check_input
 from kernels.functional import complex_pairs
+from kernels.functional.lags import relaxation
 from kernels.functional.unrolled_afa import WEIGHTS, unrolled_afa
 from kernels.layers.afa import AdaptiveFilterAttention
 from kernels.layers.complex_linear import ComplexLinear, lift
 from kernels.layers.heads import merge_complex_heads, split_complex_heads
 from kernels.layers.parameters import inverse_softplus
 
+BASES = ("learned", "tied", "identity")
 # Initial frequencies ``omega_k = base^{-k/n}`` (RoPE's, as the batch AFA layer).
 _ROPE_BASE = 10000.0
 
@@ -85,6 +108,10 @@ class UnrolledAdaptiveFilterAttention(nn.Module):
     step : the time unit: the clock is ``step * t`` (default ``t_i = i``).
     predict : output the one-step prediction (Algorithm 1) instead of the estimate (Algorithm 4).
     bias : complex biases in ``L_V`` and ``L_P``.
+    basis : ``"learned"`` (``L_V``, ``L_P`` are parameters), ``"tied"`` (``L_V`` is, and
+        ``L_P = L_V^-1``) or ``"identity"`` (no projections: the input coordinates are the
+        eigen-coordinates; ``bias`` is then ignored).
+    rotation : False fixes the frequencies at 0 (real eigenvalues; not a parameter).
     generator : optional ``torch.Generator`` for the projections' initialisation.
     """
 
@@ -102,12 +129,18 @@ class UnrolledAdaptiveFilterAttention(nn.Module):
         step: float = 1.0,
         predict: bool = False,
         bias: bool = True,
+        basis: str = "learned",
+        rotation: bool = True,
         generator: torch.Generator | None = None,
         device=None,
         dtype=None,
     ):
         super().__init__()
         n = check_heads(embed_dim, num_heads)
+        if basis not in BASES:
+            raise ValueError(f"basis must be one of {BASES}, found {basis!r}")
+        if not isinstance(rotation, bool):
+            raise TypeError(f"rotation must be a bool, found {rotation!r}")
         if causal is not True:
             raise ValueError(
                 "causal must be True: unrolled AFA is a recurrent filter, causal by construction "
@@ -130,6 +163,8 @@ class UnrolledAdaptiveFilterAttention(nn.Module):
         self.weight = weight
         self.step = float(step)
         self.predict = bool(predict)
+        self.basis = basis
+        self.rotation = rotation
         factory = {"device": device, "dtype": dtype}
 
         def linear(imaginary_bias=True) -> ComplexLinear:
@@ -142,14 +177,18 @@ class UnrolledAdaptiveFilterAttention(nn.Module):
                 **factory,
             )
 
-        self.value_proj = linear()
-        self.out_proj = linear(imaginary_bias=False)  # only Re L_P of the output is returned
+        self.value_proj = None if basis == "identity" else linear()
+        # only Re L_P of the output is returned; "tied" reads out with L_V^-1 instead
+        self.out_proj = linear(imaginary_bias=False) if basis == "learned" else None
 
         def per_head() -> nn.Parameter:
             return nn.Parameter(torch.zeros(num_heads, **factory))
 
         self.raw_decay = per_head()
-        self.frequencies = nn.Parameter(torch.zeros(num_heads, n, **factory))
+        if rotation:
+            self.frequencies = nn.Parameter(torch.zeros(num_heads, n, **factory))
+        else:
+            self.register_buffer("frequencies", torch.zeros(num_heads, n, **factory))
         self.raw_process_var = per_head()
         self.raw_measurement_var = per_head()
         self.raw_nu = per_head()
@@ -158,7 +197,7 @@ class UnrolledAdaptiveFilterAttention(nn.Module):
         rope = _ROPE_BASE ** (-torch.arange(n, dtype=torch.float64) / n)
         self.set_parameters(
             decay=0.1,
-            frequencies=rope,
+            frequencies=rope if rotation else None,
             process_var=0.1,
             measurement_var=1.0,
             nu=nu,
@@ -232,6 +271,8 @@ class UnrolledAdaptiveFilterAttention(nn.Module):
                     raise ValueError(f"{name} must be {bound}, found {value[bad][0].item()}")
                 raw.copy_(inverse_softplus(value))
         if frequencies is not None:
+            if not self.rotation:
+                raise ValueError("frequencies are fixed at 0 in a layer with rotation=False")
             omega = torch.as_tensor(frequencies, dtype=torch.float64)
             try:
                 self.frequencies.copy_(omega.expand(self.frequencies.shape))
@@ -266,8 +307,42 @@ class UnrolledAdaptiveFilterAttention(nn.Module):
                 "need_weights=True is not available: unrolled AFA forms no (T, T) attention "
                 "matrix (use the batch AFA layer to inspect weights)"
             )
+        out, _ = self._filter(x, t)
+        return self._read_out(out), None
+
+    def predictive(self, x: torch.Tensor, t=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The one-step predictive law of the next measurement (module docstring).
+
+        ``x (B, T, E)``, ``t`` as in :meth:`forward` -> ``(mean (B, T, E), cov (B, T, E, E))``:
+        row ``i`` is the law of the measurement one unit of ``t`` after ``t_i`` given
+        ``x_0..x_i`` (``mean`` is :meth:`forward`'s output). Needs ``predict=True``.
+        """
+        if not self.predict:
+            raise ValueError(
+                "predictive needs a layer built with predict=True (its output is then the "
+                "one-step prediction whose law this returns)"
+            )
+        out, result = self._filter(x, t)
+        decay, q, r = self.decay * self.step, self.process_var * self.step, self.measurement_var
+        variance = 1 / result.precision  # (B, H, T), the filtered variance v_i
+        shrink2 = torch.exp(-2 * decay).view(1, -1, 1)
+        added = (q * relaxation(2 * decay)).view(1, -1, 1)
+        c = torch.addcmul(added, shrink2, variance) + r.view(1, -1, 1)
+        n = self.embed_dim // self.num_heads
+        weight = self._read_out_weight()
+        if weight is None:  # Re(L_P L_P^H) = I: one coordinate per complex feature
+            cov = torch.diag_embed(c.repeat_interleave(n, dim=1).transpose(1, 2))
+        else:
+            heads = weight.view(self.embed_dim, self.num_heads, n).permute(1, 0, 2)
+            outer = torch.einsum("hen,hfn->hef", heads, heads.conj()).real  # (H, E, E)
+            cov = torch.einsum("bht,hef->btef", c, outer)
+        return self._read_out(out), cov
+
+    def _filter(self, x: torch.Tensor, t):
+        """The recursive filter on the projected input: (output (B, H, T, 2n), its result)."""
         check_input(x, self.embed_dim)
-        values = split_complex_heads(self.value_proj(lift(x)), self.num_heads)
+        values = lift(x) if self.value_proj is None else self.value_proj(lift(x))
+        values = split_complex_heads(values, self.num_heads)
         decay = self.decay * self.step
         frequencies = self.frequencies * self.step
         result = unrolled_afa(
@@ -288,8 +363,30 @@ class UnrolledAdaptiveFilterAttention(nn.Module):
             shrink = torch.exp(-decay).view(1, -1, 1, 1)
             angle = frequencies.view(1, self.num_heads, 1, -1)
             out = complex_pairs.rotate(out, torch.cos(angle), torch.sin(angle)) * shrink
-        y = self.out_proj(merge_complex_heads(out))
-        return complex_pairs.split(y)[0], None
+        return out, result
+
+    def _read_out_weight(self) -> torch.Tensor | None:
+        """The complex ``L_P`` (E, E); None for the identity basis."""
+        if self.out_proj is not None:
+            return torch.complex(self.out_proj.weight_real, self.out_proj.weight_imag)
+        if self.value_proj is not None:  # tied: L_P = L_V^-1
+            proj = self.value_proj
+            return torch.linalg.inv(torch.complex(proj.weight_real, proj.weight_imag))
+        return None
+
+    def _read_out(self, out: torch.Tensor) -> torch.Tensor:
+        """``Re(L_P w)`` of the per-head features ``(B, H, T, 2n)`` -> ``(B, T, E)``."""
+        merged = merge_complex_heads(out)
+        if self.out_proj is not None:
+            return complex_pairs.split(self.out_proj(merged))[0]
+        if self.value_proj is None:
+            return complex_pairs.split(merged)[0]
+        # tied: Re(L_V^-1 (w - b_V)), the inverse of the affine read-in
+        proj = self.value_proj
+        w = torch.complex(*complex_pairs.split(merged))
+        if proj.bias_real is not None:
+            w = w - torch.complex(proj.bias_real, proj.bias_imag)
+        return (w @ self._read_out_weight().transpose(0, 1)).real
 
     # --- from a batch-trained AFA layer -------------------------------------------------------
 
@@ -362,8 +459,8 @@ class UnrolledAdaptiveFilterAttention(nn.Module):
         return (
             f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, "
             f"iterations={self.iterations}, weight={self.weight!r}, step={self.step}, "
-            f"predict={self.predict}"
+            f"predict={self.predict}, basis={self.basis!r}, rotation={self.rotation}"
         )
 
 
-__all__ = ["UnrolledAdaptiveFilterAttention"]
+__all__ = ["BASES", "UnrolledAdaptiveFilterAttention"]

@@ -367,3 +367,16 @@ def test_bad_input_names_the_argument():
         irls(*args, family=lambda m: -np.ones_like(m))
     with pytest.raises(ValueError, match="mahalanobis_sq must be >= 0"):
         log_weights(np.array([-1.0]), family="rational", nu=1.0, dim=2)
+
+
+def test_irls_outliers_bound_fails_a_broken_irls():
+    """The bound of the registered check irls.outliers (RMSE against the inlier-only oracle)
+    holds for IRLS and fails an IRLS stopped after one reweighting and the plain batch MLE."""
+    from verify.checks.irls import OUTLIER_RMSE_BOUND, outlier_rmse_ratios
+
+    ratio, mle_ratio, _ = outlier_rmse_ratios(True)
+    assert ratio <= OUTLIER_RMSE_BOUND
+    assert mle_ratio > OUTLIER_RMSE_BOUND
+    one_step, _, iterations = outlier_rmse_ratios(True, max_iter=1)
+    assert iterations == 1
+    assert one_step > OUTLIER_RMSE_BOUND

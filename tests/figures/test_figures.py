@@ -11,6 +11,7 @@ import torch
 import figures
 from figures import (
     cli,
+    convergence_vs_data,
     covariance_vs_lag,
     fig1_trajectories,
     fig2_pulled_forward,
@@ -149,6 +150,9 @@ def small_cli(monkeypatch):
         fig3_attention_maps.Config,
         "quick",
         classmethod(lambda cls: cls(steps=2, n_paths=8, batch_size=8)),
+    )
+    monkeypatch.setattr(
+        convergence_vs_data.Config, "quick", classmethod(lambda cls: cls(sizes=(8, 16), steps=2))
     )
 
 

@@ -66,9 +66,17 @@ def test_plot_and_caption(tiny):
     _, data = tiny
     (panel,) = data.panels
     fig = tc.plot(data)
-    assert len(fig.axes) == 2 * len(data.panels)
-    curve_ax, table_ax = fig.axes
+    assert len(fig.axes) == 3 * len(data.panels)
+    curve_ax, param_ax, table_ax = fig.axes
     assert curve_ax.get_yscale() == "log"
+    # One line per row with an se, at (learned - MLE) / se, plus the MLE line at 0.
+    z = panel.z_trajectory()
+    lines = param_ax.get_lines()
+    assert len(lines) == 1 + len(z)
+    for line, (name, values) in zip(lines[1:], z.items(), strict=True):
+        assert line.get_label() == name
+        np.testing.assert_allclose(line.get_ydata(), values)
+        np.testing.assert_array_equal(line.get_xdata(), panel.trajectory_steps)
     # Every horizontal line sits at a reference ratio or the target, and each is drawn.
     levels = {round(float(line.get_ydata()[0]), 12) for line in curve_ax.get_lines()[1:]}
     assert levels == {round(v, 12) for v in (*panel.references.values(), tc.TARGET)}
@@ -79,6 +87,14 @@ def test_plot_and_caption(tiny):
     assert f"final held-out MSE / Kalman {panel.final_ratio:.3f}" in text
     assert f"{panel.cpu_s:.1f} s CPU" in text
     assert all(f"{r.name}: truth {r.truth:.4g}" in text for r in panel.rows)
+
+
+def test_trajectory_ends_at_the_learned_values(tiny):
+    _, data = tiny
+    (panel,) = data.panels
+    assert panel.trajectory_steps.tolist() == [2, 4, 6]
+    for row in panel.rows:
+        assert panel.trajectory[row.name][-1] == row.learned
 
 
 def test_config_rejects_unsupported_cases():

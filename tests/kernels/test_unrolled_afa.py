@@ -553,3 +553,108 @@ def test_layer_clear_errors():
         layer(torch.zeros(1, 5, 8), torch.tensor([0.0, 1.0, 1.0, 2.0, 3.0]))
     with pytest.raises(ValueError, match="measurement_var must be > 0"):
         layer.set_parameters(measurement_var=0.0)
+
+
+# --- predictive law, identity basis, fixed rotation ------------------------------------------
+
+
+def _true_layer_2d(sigma2, eta2, step):
+    """The 2-D isotropic system of `_simulate` in the layer: ``L_V = S^-1``, ``L_P = S``."""
+    layer = UnrolledAdaptiveFilterAttention(
+        2, 1, nu=math.inf, step=step, bias=False, predict=True
+    ).double()
+    layer.value_proj.set_complex(torch.from_numpy(np.linalg.inv(S_2D)))
+    layer.out_proj.set_complex(torch.from_numpy(S_2D))
+    layer.set_parameters(decay=DECAY, frequencies=FREQ_2D, process_var=sigma2, measurement_var=eta2)
+    return layer
+
+
+@torch.no_grad()
+def test_predictive_law_is_the_kalman_innovation_law():
+    """With the true system (unitary ``S``) the one-step predictive mean and covariance are the
+    Kalman filter's ``C m^-`` and ``C P^- C^T + R`` of the next measurement, on a regular grid
+    (the predictive law looks one unit of ``t`` ahead)."""
+    sigma2, eta2, step = 0.1, 0.25, 0.1
+    z, t, _ = _simulate(sigma2, eta2, seed=4, outliers=0.0)
+    layer = _true_layer_2d(sigma2, eta2, step)
+    mean, cov = layer.predictive(torch.from_numpy(z))
+    kf = kalman_filter(
+        isotropic_sde(-DECAY, np.array([[0.0, -OMEGA], [OMEGA, 0.0]]), sigma2),
+        LinearMeasurement.identity(2, eta2),
+        z,
+        t,
+    )
+    innovation = kf.pred_covs[kf.group, 1:] + eta2 * np.eye(2)
+    assert_close("mean", mean[:, :-1], kf.pred_means[:, 1:], atol=ROUNDOFF)
+    assert_close("cov", cov[:, :-1], innovation, atol=ROUNDOFF)
+    assert_close("forward", layer(torch.from_numpy(z))[0], mean, atol=0.0)
+    # negative control: a wrong measurement variance changes the law
+    layer.set_parameters(measurement_var=2 * eta2)
+    wrong = layer.predictive(torch.from_numpy(z))[1][:, :-1].numpy()
+    assert np.abs(wrong - innovation).max() > 0.1
+
+
+@torch.no_grad()
+def test_identity_basis_and_no_rotation():
+    """``basis="identity"``: no projections, each coordinate one real-valued feature; with
+    ``rotation=False`` the frequencies are a zero buffer. Per head it is the scalar filter of
+    its coordinate (the functional form on the lifted input), and the predictive covariance
+    is diagonal with each head's ``c``."""
+    layer = UnrolledAdaptiveFilterAttention(
+        3, 3, nu=math.inf, basis="identity", rotation=False, predict=True
+    ).double()
+    assert layer.value_proj is None and layer.out_proj is None
+    assert "frequencies" not in dict(layer.named_parameters())
+    assert torch.equal(layer.frequencies, torch.zeros(3, 1, dtype=torch.float64))
+    layer.set_parameters(decay=[0.1, 0.5, 1.0], process_var=[0.2, 0.3, 0.4])
+    x = torch.randn(2, 7, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    mean, cov = layer.predictive(x)
+    values = torch.cat([x, torch.zeros_like(x)], dim=-1).view(2, 7, 2, 3, 1)
+    values = values.permute(0, 3, 1, 2, 4).reshape(2, 3, 7, 2)
+    ref = unrolled_afa(
+        values,
+        decay=layer.decay,
+        frequencies=torch.zeros(3, 1, dtype=torch.float64),
+        process_var=layer.process_var,
+        measurement_var=layer.measurement_var,
+    )
+    shrink = torch.exp(-layer.decay).view(1, 3, 1)
+    assert_close("mean", mean, (ref.output[..., 0] * shrink).transpose(1, 2), atol=1e-14)
+    a, q = layer.decay.view(1, 3, 1), layer.process_var.view(1, 3, 1)
+    c = (
+        shrink**2 / ref.precision
+        + q * (1 - shrink**2) / (2 * a)
+        + layer.measurement_var.view(1, 3, 1)
+    )
+    assert_close("cov", cov, torch.diag_embed(c.transpose(1, 2)), atol=1e-14)
+    with pytest.raises(ValueError, match="rotation=False"):
+        layer.set_parameters(frequencies=[0.1])
+
+
+def test_predictive_needs_predict_and_options_are_checked():
+    with pytest.raises(ValueError, match="predictive needs a layer built with predict=True"):
+        UnrolledAdaptiveFilterAttention(4, 2).predictive(torch.zeros(1, 3, 4))
+    with pytest.raises(ValueError, match="basis must be one of"):
+        UnrolledAdaptiveFilterAttention(4, 2, basis="eigen")
+    with pytest.raises(TypeError, match="rotation must be a bool"):
+        UnrolledAdaptiveFilterAttention(4, 2, rotation=1)
+
+
+@torch.no_grad()
+def test_tied_basis_reads_out_with_the_inverse():
+    """``basis="tied"``: ``L_P = L_V^-1`` applied to ``w - b_V``; equal to the learned basis
+    with ``L_P`` set to that inverse and the matching real output bias; with ``S^-1`` in
+    ``L_V`` it is the layer of the true system."""
+    gen = torch.Generator().manual_seed(3)
+    tied = UnrolledAdaptiveFilterAttention(2, 1, basis="tied", predict=True, generator=gen)
+    tied = tied.double()
+    assert tied.out_proj is None
+    learned = UnrolledAdaptiveFilterAttention(2, 1, predict=True).double()
+    learned.load_state_dict(tied.state_dict(), strict=False)
+    proj = tied.value_proj
+    inverse = torch.linalg.inv(torch.complex(proj.weight_real, proj.weight_imag))
+    bias = -(inverse @ torch.complex(proj.bias_real, proj.bias_imag)).real
+    learned.out_proj.set_complex(inverse, bias.to(inverse.dtype))
+    x = torch.randn(2, 9, 2, generator=gen, dtype=torch.float64)
+    assert_close("tied", tied(x)[0], learned(x)[0], atol=1e-13)
+    assert_close("tied cov", tied.predictive(x)[1], learned.predictive(x)[1], atol=1e-13)

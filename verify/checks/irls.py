@@ -115,22 +115,47 @@ def _rmse(states, truth) -> float:
     return float(np.sqrt(np.nanmean(np.sum((states - truth) ** 2, axis=-1)[:, 10:])))
 
 
+# irls.outliers bound. The reference is the oracle that knows which measurements are outliers:
+# the batch MLE on the inliers alone. On Gaussian inliers the Student-t score (nu = 4, d = 2) is
+# an M-estimator with variance inflation E[w^2 m]/d / (E[w] + 2 E[w' m]/d)^2 = 1.090 (Monte
+# Carlo, 4e6 draws), an RMSE factor of 1.044; the down-weighted Cauchy outliers keep a small
+# pull on top. Measured: 1.153 (quick, 8 paths), 1.122 (full, 60 paths). A broken IRLS fails
+# 1.3: stopped after one reweighting 1.49 / 1.53, the plain MLE 15 / 44, the printed rescaling of
+# 2.3 worse still (`tests/estimators/test_irls.py` asserts the first two against this bound).
+OUTLIER_RMSE_BOUND = 1.3
+
+
+def outlier_rmse_ratios(quick: bool, **irls_options) -> tuple[float, float, int]:
+    """(RMSE of IRLS / RMSE of the inlier-only batch MLE, RMSE of the batch MLE / the same,
+    IRLS iterations) on the data of irls.outliers; ``irls_options`` default to the check's."""
+    sc, sim, mle = _contaminated(quick)
+    options = {"nu": NU, "causal": False, **irls_options}
+    robust = irls(sc.system, sc.measurement, sim.z, sim.t_obs, **options)
+    oracle = batch_mle(sc.system, sc.measurement, sim.z, sim.t_obs, causal=False, mask=~sim.outlier)
+    reference = _rmse(oracle.states, sim.x_obs)
+    return (
+        _rmse(robust.states, sim.x_obs) / reference,
+        _rmse(mle.states, sim.x_obs) / reference,
+        robust.iterations,
+    )
+
+
 @check(
     "irls.outliers",
     title="10% Cauchy outliers (scale 10) on afa-2d b: RMSE(IRLS, Student-t nu = 4) / "
-    "RMSE(batch MLE), non-causal, steps >= 10; holds when IRLS is the better estimate",
+    "RMSE(batch MLE on the inliers only, the oracle that knows the outliers), non-causal, "
+    f"steps >= 10; <= {OUTLIER_RMSE_BOUND} (the Student-t efficiency 1.044 plus the outliers' "
+    "residual pull; one reweighting gives 1.5)",
     source=seed(0, "2.3 (corrected P <- w P), A.4; seed 004 A.5"),
     kind="numeric",
-    tolerance=1.0,
+    tolerance=OUTLIER_RMSE_BOUND,
 )
 def _outliers(quick: bool) -> Outcome:
-    sc, sim, mle = _contaminated(quick)
-    robust = irls(sc.system, sc.measurement, sim.z, sim.t_obs, nu=NU, causal=False)
-    a, b = _rmse(robust.states, sim.x_obs), _rmse(mle.states, sim.x_obs)
+    ratio, mle_ratio, iterations = outlier_rmse_ratios(quick)
     return Outcome(
-        a / b,
-        f"RMSE IRLS {a:.3f}, MLE {b:.3f}; {robust.iterations} iterations, "
-        f"last step {robust.final_change:.1e}",
+        ratio,
+        f"IRLS {ratio:.3f} x the inlier oracle, batch MLE {mle_ratio:.1f} x; "
+        f"{iterations} iterations",
     )
 
 

@@ -7,38 +7,52 @@ radial-tangential one). The afa-2d b run also checks the learned dynamics agains
 and the parameter MLE.
 
 How the bounds were set (`benchmarks/bench_training.py`, recorded in BENCHMARKS.md,
-"Training"): each case was trained with seeds 0, 1, 2 at both lengths; a bound is the largest of
-the three ratios plus three times their range (the seed-to-seed spread), rounded up to a
-multiple of 0.05. For afa-2d b at full length that gives 1.10, the issue's target. Every bound is
-far below the untrained model's ratio (hundreds), so a harness that does not learn fails; the
+"Training"): each case was trained with seeds 0, 1, 2 at both lengths. A full bound is the
+largest of the three ratios plus three times their range (the seed-to-seed spread), rounded up
+to a multiple of 0.05 (for afa-2d b that gives 1.10, issue 7's target); the well-specified cases
+(whose family holds the Kalman filter, `verify.well_specified`) are held to issue 13's 1.01.
+A quick bound is the same spread rule, capped by the negative controls
+(`verify.mle_convergence.negative_controls`: the untrained model, the trained model with its
+heads' dynamics shuffled, a model trained on another preset): at most the geometric mean of the
+largest trained ratio and the smallest control ratio, rounded down to 0.05, so that the bound
+sits as far (in ratio) from a broken trainer as from the trained one.
+`tests/verify/test_negative_controls.py` asserts every control fails its quick bound. The
 checks run seed 0. For the Kalman references the ratio must also be >= 0.95: no predictor beats
 the Kalman filter in expectation (the held-out set has 64 paths of about 100 one-step errors
 each, whose MSE has a relative standard error of about 2%), so a clearly smaller ratio means the
 model sees the target it predicts (a leak). The RT reference is not an optimum (it ignores the
-correlation of transported measurements), so it has no lower bound.
+correlation of transported measurements, and the trained RT-AFA beats it), so that check has
+no lower bound and its id says what it measures (``-vs-mean-field``).
 """
 
 from __future__ import annotations
 
-from verify.mle_convergence import CASES, learned_dynamics, trained_case
+from verify.consistency import SLOPE, SLOPE_BAND, consistency
+from verify.mle_convergence import CASES, learned_dynamics, parameter_recovery, trained_case
 from verify.registry import Outcome, check, seed
 
 LOWER_BOUND = 0.95
 
-# case -> (quick bound, full bound); measured ratios (seeds 0, 1, 2) in the comments.
+# case -> (quick bound, full bound); measured ratios (seeds 0, 1, 2) and the smallest control.
 BOUNDS: dict[str, tuple[float, float]] = {
-    "afa-2d-a": (3.55, 1.35),  # quick 1.27 1.41 1.84; full 1.10 1.15 1.13
-    "afa-2d-b": (1.55, 1.10),  # quick 1.37 1.31 1.32; full 1.031 1.037 1.029
-    "afa-2d-c": (1.80, 1.15),  # quick 1.07 1.18 1.25; full 1.044 1.046 1.027
-    "rotation-3d": (1.05, 1.05),  # quick 1.008 1.014 1.006; full 1.003 1.004 1.005
-    "ou": (1.25, 1.10),  # quick 1.064 1.011 1.023; full 1.004 1.003 1.019
+    "afa-2d-a": (1.10, 1.05),  # quick 1.078 1.076 1.072 (control 60); full 1.018 1.021 1.022
+    "afa-2d-b": (1.55, 1.10),  # quick 1.37 1.31 1.32 (control 96); full 1.031 1.037 1.029
+    "afa-2d-c": (1.80, 1.15),  # quick 1.07 1.18 1.25 (control 27); full 1.044 1.046 1.027
+    "rotation-3d": (1.05, 1.05),  # quick 1.008 1.014 1.006 (control 1.71); full 1.003-1.005
+    "ou": (1.20, 1.10),  # quick 1.064 1.011 1.023 (control 1.46); full 1.004 1.003 1.019
     "rt-sphere-3d-b": (1.45, 1.10),  # quick 1.28 1.26 1.23; full 0.82 0.75 0.74
+    "unrolled-afa-ou": (1.05, 1.01),  # quick 1.0001 0.9999 1.0003 (control 1.22); full 1.000
+    "unrolled-afa-ou-nll": (1.05, 1.01),  # quick 1.0002 1.0000 1.0003 (control 1.21); full 1.000
+    "unrolled-afa-rotation-3d": (1.10, 1.01),  # quick 1.012 1.019 1.024 (control 1.71)
+    "kla-ou": (1.10, 1.01),  # quick 1.058 1.058 (control 1.29); full 1.003 1.004
 }
+# Well-specified cases: the issue's target at full length is <= 1.01 x Kalman.
 
 SOURCES = {
     "afa-2d": seed(0, "2.3, 3.1, 4.2 (Fig. 1)"),
     "rotation-3d": seed(0, "3.6, 5.1 (isotropic family)"),
     "ou": seed(1, "eqs. (7)-(8) (OU prior)"),
+    "unrolled": seed(0, "B.2 (Algorithm 4, the recursive form)"),
     "rt-sphere-3d": seed(3, "Fig. 1, eq. 9 (RT model)"),
 }
 
@@ -47,13 +61,17 @@ def _ratio_check(name: str) -> None:
     case = CASES[name]
     quick_bound, full_bound = BOUNDS[name]
     lower = LOWER_BOUND if case.reference == "kalman" else 0.0
+    # The mean-field RT estimator is not an optimum (the trained layer beats it): the check
+    # measures the ratio to it, not convergence, and its id says so.
+    suffix = "" if case.reference == "kalman" else "-vs-mean-field"
+    source = SOURCES["unrolled" if case.base["layer"] == "unrolled-afa" else case.base["preset"]]
 
     @check(
-        f"mle_convergence.{name}",
+        f"mle_convergence.{name}{suffix}",
         title=f"{case.base['layer']} trained on {name}: held-out one-step MSE / {case.reference} "
         f"within [{lower}, bound] (quick {quick_bound}, full {full_bound}; residual: ratio / "
         "bound)",
-        source=SOURCES[case.base["preset"]],
+        source=source,
         kind="numeric",
         tolerance=1.0,
     )
@@ -110,3 +128,59 @@ def _afa_2d_b_learned_dynamics(quick: bool) -> Outcome:
         for r in rows
     )
     return Outcome(residual, f"{table}; trained / true-parameter layer {report.ratios['mle']:.3f}")
+
+
+# Well-specified cases: the learned parameters against the parameter MLE of the layer's own
+# family on the training paths (`verify.mle_convergence.parameter_recovery`).
+# case -> (quick max |z|, full max |z|, full log-likelihood gap or None); measured in comments
+# (seeds 0, 1, 2); quick bounds by the rule of the ratios (spread, capped by the controls).
+PARAMETER_BOUNDS: dict[str, tuple[float, float, float | None]] = {
+    # MSE training: a consistent estimator, not the MLE; the issue's bound, 3 se, at full length.
+    # quick 1.48 1.38 1.44 (controls: untrained 24, shuffled 175); full 0.55 0.98 0.26
+    "unrolled-afa-ou": (2.0, 3.0, None),
+    # likelihood training: the MLE itself, to optimizer tolerance (0.2 se, 1e-6 relative).
+    # quick 1.52 1.22 1.11 (controls 262, 160); full 0.000 (gap -1.5e-12, 3.5e-14, -2.7e-12)
+    "unrolled-afa-ou-nll": (3.0, 0.2, 1e-6),
+}
+
+
+def _parameter_check(name: str) -> None:
+    quick_bound, full_bound, gap_bound = PARAMETER_BOUNDS[name]
+    config = CASES[name].base
+    gap_text = "" if gap_bound is None else f" and log-likelihood gap <= {gap_bound:g} (full)"
+
+    @check(
+        f"mle_convergence.{name}-parameters",
+        title=f"{config['layer']} ({config.get('loss', 'mse')} loss) trained on {name}: every "
+        f"learned parameter within {full_bound} se of the parameter MLE (quick {quick_bound})"
+        f"{gap_text} (residual: max |z| / bound, or gap / bound)",
+        source=seed(1, "eqs. (7)-(8); seed 000 B.2 (Algorithm 4)"),
+        kind="statistical",
+        tolerance=1.0,
+    )
+    def _check(quick: bool) -> Outcome:
+        recovery = parameter_recovery(trained_case(name, quick=quick))
+        residual = recovery.max_z / (quick_bound if quick else full_bound)
+        if gap_bound is not None and not quick:
+            residual = max(residual, recovery.loglik_gap / gap_bound)
+        return Outcome(residual, recovery.summary())
+
+
+for _name in PARAMETER_BOUNDS:
+    _parameter_check(_name)
+
+
+@check(
+    "mle_convergence.consistency-slope",
+    title="unrolled AFA (likelihood loss) on ou trained on N = 32, 128, 512 paths (quick 8, "
+    "32, 128; up to 4 (quick 2) replicates each): the learned parameters' error falls like "
+    f"N^-1/2, fitted slope within {SLOPE} +- {SLOPE_BAND[False]} (quick {SLOPE_BAND[True]}; "
+    "residual: |slope + 0.5| / band)",
+    source=seed(1, "eqs. (7)-(8); seed 000 B.2 (Algorithm 4)"),
+    kind="statistical",
+    tolerance=1.0,
+)
+def _consistency_slope(quick: bool) -> Outcome:
+    """`verify.consistency`: the band is derived there (3 standard errors of the slope)."""
+    result = consistency(quick=quick)
+    return Outcome(abs(result.slope - SLOPE) / SLOPE_BAND[quick], result.summary())
