@@ -252,10 +252,12 @@ def _plot_curve(ax, p: Panel) -> None:
 
 
 def _plot_parameters(ax, p: Panel) -> None:
-    ax.axhspan(-1.0, 1.0, color="tab:blue", alpha=0.15, lw=0, label="MLE +- 1 se")
-    ax.axhline(0.0, color="tab:blue", lw=1.0)
+    ax.axhspan(-1.0, 1.0, color="0.6", alpha=0.25, lw=0, label="MLE +- 1 se")
+    ax.axhline(0.0, color="0.2", lw=1.0)
+    # tab10 without grey (C7), which the band uses
+    colors = [f"C{k}" for k in range(10) if k != 7]
     for k, (name, z) in enumerate(p.z_trajectory().items()):
-        ax.plot(p.trajectory_steps, z, "-", color=f"C{k % 10}", lw=1.2, label=name)
+        ax.plot(p.trajectory_steps, z, "-", color=colors[k % 9], lw=1.2, label=name)
     ax.set_yscale("symlog", linthresh=1.0)
     ax.set_xscale("log")
     ax.set_xlabel("optimizer step")
