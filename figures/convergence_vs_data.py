@@ -93,6 +93,7 @@ def plot(data: Data):
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xticks(sizes, [str(int(n)) for n in sizes])
+        ax.set_xticks([], minor=True)  # only the sizes are labelled
         ax.set_xlabel("training paths N")
         ax.set_ylabel("RMS error / se(N_max)")
         ax.set_title(f"fitted slope {data.result.slope:+.2f} (MLE {data.result.mle_slope:+.2f})")
