@@ -3,10 +3,10 @@
 For each `verify.mle_convergence.CASES` entry and seed: train the layer (full length, or the
 quick length with ``--quick``, or ``--steps``), then print the held-out one-step MSE as a ratio
 to each reference predictor (the Kalman filter with the true parameters for linear systems, the
-batch MLE with the true parameters = the AFA layer with the true parameters, the mean-field RT
-estimator for the radial-tangential system, and the last measurement), with the wall and CPU
-seconds of the training. The peers here are estimators, not libraries: the question is how close
-a layer that sees only measurements gets to the optimum, and at what cost.
+batch MLE with the true parameters (the AFA layer's estimator where the eigenbasis is unitary),
+the mean-field RT estimator for the radial-tangential system, and the last measurement), with
+the wall and CPU seconds of the training. The peers here are estimators, not libraries: the
+question is how close a layer that sees only measurements gets to the optimum, and at what cost.
 
 Issue 7's target: a one-layer isotropic AFA on ``afa-2d`` b within 1.10 x the Kalman optimum in
 under 2 CPU minutes. torch uses ``--threads`` threads (default 1, so CPU seconds are one core's).

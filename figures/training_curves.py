@@ -10,9 +10,9 @@ row of two panels:
        ratio_k = heldout_mse_k / MSE_kalman        (>= 1 in expectation)
 
    with horizontal lines for the Kalman optimum (1), the batch MLE with the true parameters
-   (``MSE_mle / MSE_kalman``: what a one-layer AFA with the true parameters computes, seed 000
-   A.2), the last-measurement predictor (``MSE_last / MSE_kalman``) and issue 7's target
-   `TARGET`;
+   (``MSE_mle / MSE_kalman``, seed 000 A.2; what a one-layer AFA with the true parameters
+   computes where the eigenbasis is unitary), the last-measurement predictor
+   (``MSE_last / MSE_kalman``) and issue 7's target `TARGET`;
 2. each learned parameter against the optimizer step, in standard errors of the parameter MLE
    on the training paths, ``(learned_k - MLE) / se`` (`verify.mle_convergence.
    parameter_trajectory`), with the band ``MLE +- 1 se``: a layer that arrives at the MLE

@@ -8,9 +8,12 @@ predict ``z_{i+1}``, ``i = 0..M-2`` (seed 000 2.3, 3.1). The references (`refere
   the optimal one-step predictor of a linear-Gaussian model (a layer that sees only the
   measurements cannot beat it in expectation);
 * ``"mle"`` (linear presets): the batch MLE's one-step prediction ``z_plus`` with the true
-  parameters (seed 000 A.2, 2.3: the estimator a one-layer AFA with the true parameters
-  computes). It treats the pulled-forward measurements as independent, so with process noise it
-  is well above the Kalman optimum (1.55 x on ``afa-2d`` b);
+  parameters (seed 000 A.2, 2.3), with the full precision matrix of each pulled-forward
+  measurement. A one-layer AFA with the true parameters computes it where the eigenbasis is
+  unitary and the noise isotropic in it (``rotation-3d``, ``ou``); on the ``afa-2d`` presets
+  (non-unitary ``S``) the layer's real per-feature weights cannot (`verify.well_specified`).
+  It treats the pulled-forward measurements as independent, so with process noise it is well
+  above the Kalman optimum (1.55 x on ``afa-2d`` b);
 * ``"rt-mle"`` (radial-tangential presets, where no finite-dimensional optimum exists): the
   mean-field RT estimate with the true parameters (`estimators.rt_irls.rt_mle`, seed 000 5.3)
   carried one step by the mean dynamics;
