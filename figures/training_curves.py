@@ -64,6 +64,8 @@ REFERENCES = {
 COLUMNS = ("quantity", "truth", "MLE ± se", "learned", f"within {SE_LEVEL:g} se of MLE?")
 # Characters per line of the notes under the table (fits the table panel at 7 pt).
 NOTE_WIDTH = 100
+# Tables with more rows than this are set smaller, leaving room for the notes below them.
+LONG_TABLE = 8
 # What the learned values cannot tell, per quantity (`learned_dynamics`), added to the notes.
 UNIDENTIFIED = {
     "|omega|": "its sign is not identified (a feature or its conjugate carries a real signal "
@@ -271,9 +273,10 @@ def _plot_table(ax, p: Panel) -> None:
     ax.grid(False)
     table = ax.table(cellText=table_cells(p), colLabels=COLUMNS, loc="upper center")
     table.auto_set_font_size(False)
-    table.set_fontsize(8)
+    long_table = len(p.rows) > LONG_TABLE  # e.g. 16 rows for four OU channels
+    table.set_fontsize(6 if long_table else 8)
     table.auto_set_column_width(list(range(len(COLUMNS))))
-    table.scale(1.0, 1.4)
+    table.scale(1.0, 0.95 if long_table else 1.4)
     ax.set_title(f"{p.case}: learned dynamics vs truth and parameter MLE (training paths)")
     ax.text(
         0.0,
