@@ -43,6 +43,7 @@ import numpy as np
 import torch
 
 from estimators.kalman import GaussianPrior, kalman_filter
+from kernels.layers.kla import VALUE_VARIANCE_FLOOR
 from kernels.layers.parameters import inverse_softplus
 from verify.training import (
     Data,
@@ -135,7 +136,8 @@ def _load_kla(layer, a, p2, eta2, delta: float, s2: float) -> None:
     bias = torch.zeros_like(layer.in_proj.bias)
     bias[0] = bias[1] = 1.0  # key and query: constant 1 after the L2 normalisation
     weight[2 : 2 + E, :] = torch.diag(torch.from_numpy(value_scale))
-    value_var = value_scale**2 * eta2 / s2 - 1e-4  # softplus(l) + 1e-4 = c^2 eta^2 / s2
+    # the layer's value variance is softplus(l) + floor; it must be c^2 eta^2 / s2
+    value_var = value_scale**2 * eta2 / s2 - VALUE_VARIANCE_FLOOR
     bias[2 + E :] = inverse_softplus(torch.from_numpy(value_var))
     layer.in_proj.weight.copy_(weight)
     layer.in_proj.bias.copy_(bias)

@@ -42,7 +42,7 @@ from kernels.functional.kla import (
 from kernels.layers.parameters import inverse_softplus, seeded_linear
 
 # Floor of the value variance softplus(l) + floor (the authors' map): Lambda^v <= 1e4.
-_VALUE_VARIANCE_FLOOR = 1e-4
+VALUE_VARIANCE_FLOOR = 1e-4
 # Floor of the key/query norm in QK-norm: differentiable at 0, no division by 0.
 _NORM_FLOOR = 1e-6
 _INIT_DECAY = 1.0
@@ -127,7 +127,7 @@ class KalmanLinearAttention(nn.Module):
         """Keys, queries (..., N, 1), values and value precisions (..., 1, E) of tokens x."""
         N, E = self.num_slots, self.embed_dim
         k, q, v, log_var = self.in_proj(x).split([N, N, E, E], dim=-1)
-        lam_v = 1.0 / (nn.functional.softplus(log_var) + _VALUE_VARIANCE_FLOOR)
+        lam_v = 1.0 / (nn.functional.softplus(log_var) + VALUE_VARIANCE_FLOOR)
         k, q = _l2_normalise(k), _l2_normalise(q)
         return k[..., None], q[..., None], v[..., None, :], lam_v[..., None, :]
 

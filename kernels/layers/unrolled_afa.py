@@ -336,7 +336,7 @@ class UnrolledAdaptiveFilterAttention(nn.Module):
             heads = weight.view(self.embed_dim, self.num_heads, n).permute(1, 0, 2)
             outer = torch.einsum("hen,hfn->hef", heads, heads.conj()).real  # (H, E, E)
             cov = torch.einsum("bht,hef->btef", c, outer)
-        return self._read_out(out), cov
+        return self._read_out(out, weight), cov
 
     def _filter(self, x: torch.Tensor, t):
         """The recursive filter on the projected input: (output (B, H, T, 2n), its result)."""
@@ -374,8 +374,9 @@ class UnrolledAdaptiveFilterAttention(nn.Module):
             return torch.linalg.inv(torch.complex(proj.weight_real, proj.weight_imag))
         return None
 
-    def _read_out(self, out: torch.Tensor) -> torch.Tensor:
-        """``Re(L_P w)`` of the per-head features ``(B, H, T, 2n)`` -> ``(B, T, E)``."""
+    def _read_out(self, out: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
+        """``Re(L_P w)`` of the per-head features ``(B, H, T, 2n)`` -> ``(B, T, E)``;
+        ``weight``: `_read_out_weight` when the caller has it already (tied basis)."""
         merged = merge_complex_heads(out)
         if self.out_proj is not None:
             return complex_pairs.split(self.out_proj(merged))[0]
@@ -386,7 +387,8 @@ class UnrolledAdaptiveFilterAttention(nn.Module):
         w = torch.complex(*complex_pairs.split(merged))
         if proj.bias_real is not None:
             w = w - torch.complex(proj.bias_real, proj.bias_imag)
-        return (w @ self._read_out_weight().transpose(0, 1)).real
+        weight = self._read_out_weight() if weight is None else weight
+        return (w @ weight.transpose(0, 1)).real
 
     # --- from a batch-trained AFA layer -------------------------------------------------------
 

@@ -109,3 +109,16 @@ def test_cli_loss_option(tmp_path, capsys):
     assert json.loads((out / "config.json").read_text())["loss"] == "nll"
     assert main([*argv[:-2], "--out", str(tmp_path / "other"), "--loss", "huber"]) == 2
     assert "loss must be one of" in capsys.readouterr().err
+
+
+def test_nll_refuses_a_degenerate_predictive_law():
+    """A zero output projection makes every predictive covariance singular: a clear error."""
+    from verify.training import OneStepPredictor, one_step_nll
+
+    model = OneStepPredictor("unrolled-afa", 2, layer_options={"nu": math.inf}).double()
+    with torch.no_grad():
+        model.layer.out_proj.weight_real.zero_()
+        model.layer.out_proj.weight_imag.zero_()
+    z = torch.randn(2, 6, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    with pytest.raises(ValueError, match="predictive covariance is not positive definite"):
+        one_step_nll(model, z)
