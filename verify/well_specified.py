@@ -6,7 +6,8 @@ parameters of a preset and measures how far it is from `estimators.kalman.kalman
 the same paths (chain of trust link 4, on the presets the training runs use):
 
 * ``unrolled-afa-rotation-3d``: the unrolled AFA (seed 000 B.2, Algorithm 4) at ``nu = inf``
-  with ``L_V = S^H``, ``L_P = S`` for the unitary eigenbasis ``S`` of
+  on the unitary basis (``basis="unitary"``, the family the training run uses) with
+  ``L_V = S^H``, ``L_P = L_V^H = S`` for the unitary eigenbasis ``S`` of
   ``A = -0.1 I + [omega]_x``. Isotropic noise stays ``sigma^2 I``, ``eta^2 I`` in a unitary
   basis, so each mode is an independent scalar Kalman filter: the layer's one-step prediction
   is the Kalman prediction and its `predictive` covariance ``c Re(S S^H) = c I`` the
@@ -62,7 +63,7 @@ CONTAINMENT_CONFIGS: dict[str, TrainConfig] = {
         preset="rotation-3d",
         sim_method="exact",
         dtype="float64",
-        layer_options={"nu": math.inf},
+        layer_options={"nu": math.inf, "basis": "unitary"},
     ),
     "unrolled-afa-ou": TrainConfig(
         layer="unrolled-afa",
@@ -99,11 +100,12 @@ def true_parameter_model(config: TrainConfig, data: Data | None = None) -> OneSt
     layer = model.layer
     with torch.no_grad():
         if config.layer == "unrolled-afa" and config.preset == "rotation-3d":
-            lam, S = np.linalg.eig(A)
+            lam, S = np.linalg.eig(A)  # A is normal: S is unitary
             layer.value_proj.set_complex(torch.from_numpy(S.conj().T))
-            layer.out_proj.set_complex(torch.from_numpy(S))
+            if layer.out_proj is not None:  # learned basis; the unitary one reads out with S
+                layer.out_proj.set_complex(torch.from_numpy(S))
             for proj in (layer.value_proj, layer.out_proj):
-                for bias in (proj.bias_real, proj.bias_imag):
+                for bias in () if proj is None else (proj.bias_real, proj.bias_imag):
                     if bias is not None:
                         bias.zero_()
             layer.set_parameters(

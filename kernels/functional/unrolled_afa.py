@@ -68,6 +68,7 @@ from typing import NamedTuple
 import torch
 
 from kernels._validation import check_times
+from kernels.functional.kalman_attention import kalman_attention
 from kernels.functional.lags import relaxation
 
 WEIGHTS = ("rational", "student-t")
@@ -219,6 +220,26 @@ def unrolled_afa(
     shape = (batch, heads)
     if prior_mean is not None:
         x, v = _prior(prior_mean, prior_variance, values)
+    if gaussian:  # w = 1: the Kalman filter, linear in the data, as chunked attention
+        output, variance, prediction, pred_variance = kalman_attention(
+            values,
+            times,
+            decay=a,
+            frequencies=omega,
+            process_var=q,
+            measurement_var=r,
+            gain_scale=None if plain else 1 - (1 - delta) ** inner,
+            prior_mean=None if prior_mean is None else x,
+            prior_variance=None if prior_mean is None else v,
+        )
+        full = (batch, heads, steps)
+        return UnrolledAFAResult(
+            output,
+            (1 / variance).expand(full),
+            prediction,
+            (1 / pred_variance).expand(full),
+            torch.ones(full, dtype=values.dtype, device=values.device),
+        )
 
     # Per-step factors for all steps at once, (B or 1, H, T-1[, D]), then split per step.
     # The rotation-decay e^{(-a + i omega) h} acts on [re | im] as x * [c | c] + swap(x) * [-s | s]

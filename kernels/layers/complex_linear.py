@@ -1,9 +1,14 @@
-"""Complex linear layer on real/imaginary stacked features (seed 000 section 4.1).
+"""Complex linear layers on real/imaginary stacked features (seed 000 section 4.1).
 
 ``L([x_r; x_i]) = [[W_r, -W_i], [W_i, W_r]] [x_r; x_i] + [b_r; b_i]``: multiplication by the
-complex matrix ``W_r + i W_i`` with bias ``b_r + i b_i``, entirely in real arithmetic. The
-initialisation is isotropic in the complex plane: ``W_ij = a_ij e^{i phi_ij}``,
-``a_ij ~ sqrt(2 / (n_in + n_out)) N(0, 1)``, ``phi_ij ~ U(0, 2 pi)``.
+complex matrix ``W_r + i W_i`` with bias ``b_r + i b_i``, entirely in real arithmetic.
+
+:class:`ComplexLinear` learns ``W`` freely; its initialisation is isotropic in the complex
+plane: ``W_ij = a_ij e^{i phi_ij}``, ``a_ij ~ sqrt(2 / (n_in + n_out)) N(0, 1)``,
+``phi_ij ~ U(0, 2 pi)``. :class:`UnitaryLinear` keeps ``W`` unitary, ``W = exp(K)`` with
+``K = (M - M^H) / 2`` skew-Hermitian from a learned complex ``M``: the seed's eigenbasis
+``S^-1 = S^H`` of a normal system matrix (seed 000 3.1, where ``S`` unitary makes isotropic
+noise stay isotropic in the eigenbasis).
 """
 
 from __future__ import annotations
@@ -68,6 +73,10 @@ class ComplexLinear(nn.Module):
             if b is not None:
                 b.zero_()
 
+    def complex_weight(self) -> torch.Tensor:
+        """``W = W_r + i W_i`` (out, in), complex."""
+        return torch.complex(self.weight_real, self.weight_imag)
+
     @torch.no_grad()
     def set_complex(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
         """Load a complex ``(out, in)`` weight (and optional ``(out,)`` bias), e.g. ``S^-1``."""
@@ -78,6 +87,9 @@ class ComplexLinear(nn.Module):
             )
         self.weight_real.copy_(weight.real)
         self.weight_imag.copy_(weight.imag)
+        self._set_bias(bias)
+
+    def _set_bias(self, bias: torch.Tensor | None) -> None:
         if bias is not None:
             if self.bias_real is None:
                 raise ValueError("bias given but the layer was built with bias=False")
@@ -94,17 +106,113 @@ class ComplexLinear(nn.Module):
                 f"found {x.shape[-1]}"
             )
         x_re, x_im = complex_pairs.split(x)
-        out_re = x_re @ self.weight_real.T - x_im @ self.weight_imag.T
-        out_im = x_re @ self.weight_imag.T + x_im @ self.weight_real.T
+        w_re, w_im = self._weight_pair()
+        out_re = x_re @ w_re.T - x_im @ w_im.T
+        out_im = x_re @ w_im.T + x_im @ w_re.T
         if self.bias_real is not None:
             out_re = out_re + self.bias_real
         if self.bias_imag is not None:
             out_im = out_im + self.bias_imag
         return complex_pairs.merge(out_re, out_im)
 
+    def _weight_pair(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.weight_real, self.weight_imag
+
     def extra_repr(self) -> str:
         has_bias = self.bias_real is not None
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={has_bias}"
+
+
+class UnitaryLinear(ComplexLinear):
+    """A square complex linear layer whose weight is unitary: ``W = exp((M - M^H) / 2)``.
+
+    ``(..., 2 features) -> (..., 2 features)``. The learned parameters are ``M``'s real and
+    imaginary parts (``generator_real``, ``generator_imag``, (features, features)); ``W^-1 =
+    W^H`` exactly. The initialisation draws ``M`` with standard complex Gaussian entries (a
+    generic unitary, not the identity). `weight_real` and `weight_imag` are computed from
+    ``M`` (read-only properties); load a unitary weight with :meth:`set_complex`.
+    """
+
+    def __init__(
+        self,
+        features: int,
+        *,
+        bias: bool = True,
+        imaginary_bias: bool = True,
+        generator: torch.Generator | None = None,
+        device=None,
+        dtype=None,
+    ):
+        nn.Module.__init__(self)
+        if not isinstance(features, int) or features < 1:
+            raise ValueError(f"features must be a positive integer, found {features!r}")
+        self.in_features = self.out_features = features
+        factory = {"device": device, "dtype": dtype}
+        self.generator_real = nn.Parameter(torch.empty(features, features, **factory))
+        self.generator_imag = nn.Parameter(torch.empty(features, features, **factory))
+        self.bias_real = nn.Parameter(torch.zeros(features, **factory)) if bias else None
+        imaginary = bias and imaginary_bias
+        self.bias_imag = nn.Parameter(torch.zeros(features, **factory)) if imaginary else None
+        self.reset_parameters(generator)
+
+    @torch.no_grad()
+    def reset_parameters(self, generator: torch.Generator | None = None) -> None:
+        """``M`` with standard complex Gaussian entries; biases to zero."""
+        kw = {"generator": generator, "device": self.generator_real.device}
+        shape = self.generator_real.shape
+        self.generator_real.copy_(torch.randn(shape, **kw, dtype=torch.float64))
+        self.generator_imag.copy_(torch.randn(shape, **kw, dtype=torch.float64))
+        for b in (self.bias_real, self.bias_imag):
+            if b is not None:
+                b.zero_()
+
+    def complex_weight(self) -> torch.Tensor:
+        m = torch.complex(self.generator_real, self.generator_imag)
+        return torch.linalg.matrix_exp((m - m.mH) / 2)
+
+    def _weight_pair(self) -> tuple[torch.Tensor, torch.Tensor]:
+        w = self.complex_weight()
+        return w.real, w.imag
+
+    @property
+    def weight_real(self) -> torch.Tensor:
+        return self.complex_weight().real
+
+    @property
+    def weight_imag(self) -> torch.Tensor:
+        return self.complex_weight().imag
+
+    @torch.no_grad()
+    def set_complex(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+        """Load a unitary ``(features, features)`` weight (and optional bias): ``M = log W``.
+
+        The logarithm of a unitary ``W = V e^{i Theta} V^H`` is ``V i Theta V^H``; ``V``
+        diagonalises the commuting Hermitian parts ``(W + W^H)/2`` and ``(W - W^H)/(2i)``
+        together (one `eigh` of a generic combination). Raises ValueError if ``W`` is not
+        unitary to 1e-10 (relative to its dtype's round-off for float32).
+        """
+        shape = self.generator_real.shape
+        w = torch.as_tensor(weight).to(torch.complex128)
+        if w.shape != shape:
+            raise ValueError(f"weight must have shape {tuple(shape)}, found {tuple(w.shape)}")
+        eye = torch.eye(shape[0], dtype=w.dtype)
+        defect = float((w.mH @ w - eye).abs().max())
+        if defect > 1e-10:
+            raise ValueError(
+                f"weight must be unitary (W^H W = I), found |W^H W - I| = {defect:.2g}"
+            )
+        cosine, sine = (w + w.mH) / 2, (w - w.mH) / 2j
+        _, v = torch.linalg.eigh(cosine + 0.5772156649 * sine)
+        angles = torch.angle(torch.diagonal(v.mH @ w @ v))
+        log = v @ torch.diag(1j * angles) @ v.mH
+        if float((torch.linalg.matrix_exp(log) - w).abs().max()) > 1e-9:
+            raise ValueError("weight's logarithm failed (eigenvalues too close to separate)")
+        self.generator_real.copy_(log.real)
+        self.generator_imag.copy_(log.imag)
+        self._set_bias(bias)
+
+    def extra_repr(self) -> str:
+        return f"features={self.in_features}, bias={self.bias_real is not None}, unitary"
 
 
 def lift(x: torch.Tensor) -> torch.Tensor:

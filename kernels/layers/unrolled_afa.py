@@ -63,7 +63,11 @@ Known structure can be fixed instead of learned: ``basis="identity"`` drops ``L_
 output is the real part: the coordinates are the eigen-coordinates, as for independent OU
 channels), and ``rotation=False`` fixes every frequency at 0 (real eigenvalues, a buffer
 rather than a parameter). ``basis="tied"`` learns ``L_V`` and reads out with its inverse,
-``L_P = L_V^-1`` (the seed's ``W_v = S^-1``, ``W_p = S``, with ``S`` learned). Independent
+``L_P = L_V^-1`` (the seed's ``W_v = S^-1``, ``W_p = S``, with ``S`` learned);
+``basis="unitary"`` ties them with ``L_V`` unitary (a
+:class:`~kernels.layers.complex_linear.UnitaryLinear`, ``L_P = L_V^H``): the family of a
+normal system with isotropic noise, whose eigenbasis is unitary, so the layer's noise is
+isotropic in the measurement space as well (``Re(L_P L_P^H) = I``). Independent
 ``L_V`` and ``L_P`` leave the decay unidentified: the product of a feature's read-out and
 read-in weights scales its prediction like ``e^{-a}`` does, so a faster decay with a larger
 product predicts the same in the steady state; tying them removes that freedom.
@@ -82,11 +86,11 @@ from kernels.functional import complex_pairs
 from kernels.functional.lags import relaxation
 from kernels.functional.unrolled_afa import WEIGHTS, unrolled_afa
 from kernels.layers.afa import AdaptiveFilterAttention
-from kernels.layers.complex_linear import ComplexLinear, lift
+from kernels.layers.complex_linear import ComplexLinear, UnitaryLinear, lift
 from kernels.layers.heads import merge_complex_heads, split_complex_heads
 from kernels.layers.parameters import inverse_softplus
 
-BASES = ("learned", "tied", "identity")
+BASES = ("learned", "tied", "unitary", "identity")
 # Initial frequencies ``omega_k = base^{-k/n}`` (RoPE's, as the batch AFA layer).
 _ROPE_BASE = 10000.0
 
@@ -109,8 +113,9 @@ class UnrolledAdaptiveFilterAttention(nn.Module):
     predict : output the one-step prediction (Algorithm 1) instead of the estimate (Algorithm 4).
     bias : complex biases in ``L_V`` and ``L_P``.
     basis : ``"learned"`` (``L_V``, ``L_P`` are parameters), ``"tied"`` (``L_V`` is, and
-        ``L_P = L_V^-1``) or ``"identity"`` (no projections: the input coordinates are the
-        eigen-coordinates; ``bias`` is then ignored).
+        ``L_P = L_V^-1``), ``"unitary"`` (``L_V`` unitary, ``L_P = L_V^H``) or ``"identity"``
+        (no projections: the input coordinates are the eigen-coordinates; ``bias`` is then
+        ignored).
     rotation : False fixes the frequencies at 0 (real eigenvalues; not a parameter).
     generator : optional ``torch.Generator`` for the projections' initialisation.
     """
@@ -177,7 +182,10 @@ class UnrolledAdaptiveFilterAttention(nn.Module):
                 **factory,
             )
 
-        self.value_proj = None if basis == "identity" else linear()
+        if basis == "unitary":
+            self.value_proj = UnitaryLinear(embed_dim, bias=bias, generator=generator, **factory)
+        else:
+            self.value_proj = None if basis == "identity" else linear()
         # only Re L_P of the output is returned; "tied" reads out with L_V^-1 instead
         self.out_proj = linear(imaginary_bias=False) if basis == "learned" else None
 
@@ -330,7 +338,7 @@ class UnrolledAdaptiveFilterAttention(nn.Module):
         c = torch.addcmul(added, shrink2, variance) + r.view(1, -1, 1)
         n = self.embed_dim // self.num_heads
         weight = self._read_out_weight()
-        if weight is None:  # Re(L_P L_P^H) = I: one coordinate per complex feature
+        if weight is None:  # identity basis: one coordinate per complex feature
             cov = torch.diag_embed(c.repeat_interleave(n, dim=1).transpose(1, 2))
         else:
             heads = weight.view(self.embed_dim, self.num_heads, n).permute(1, 0, 2)
@@ -368,11 +376,11 @@ class UnrolledAdaptiveFilterAttention(nn.Module):
     def _read_out_weight(self) -> torch.Tensor | None:
         """The complex ``L_P`` (E, E); None for the identity basis."""
         if self.out_proj is not None:
-            return torch.complex(self.out_proj.weight_real, self.out_proj.weight_imag)
-        if self.value_proj is not None:  # tied: L_P = L_V^-1
-            proj = self.value_proj
-            return torch.linalg.inv(torch.complex(proj.weight_real, proj.weight_imag))
-        return None
+            return self.out_proj.complex_weight()
+        if self.value_proj is None:
+            return None
+        read_in = self.value_proj.complex_weight()
+        return read_in.mH if self.basis == "unitary" else torch.linalg.inv(read_in)
 
     def _read_out(self, out: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
         """``Re(L_P w)`` of the per-head features ``(B, H, T, 2n)`` -> ``(B, T, E)``;
@@ -382,7 +390,7 @@ class UnrolledAdaptiveFilterAttention(nn.Module):
             return complex_pairs.split(self.out_proj(merged))[0]
         if self.value_proj is None:
             return complex_pairs.split(merged)[0]
-        # tied: Re(L_V^-1 (w - b_V)), the inverse of the affine read-in
+        # tied or unitary: Re(L_V^-1 (w - b_V)), the inverse of the affine read-in
         proj = self.value_proj
         w = torch.complex(*complex_pairs.split(merged))
         if proj.bias_real is not None:

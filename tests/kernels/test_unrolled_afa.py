@@ -22,6 +22,7 @@ from estimators.mle import DiagonalizableModel, eigen_batch_mle
 from kernels.functional import complex_pairs
 from kernels.functional.unrolled_afa import unrolled_afa
 from kernels.layers.afa import AdaptiveFilterAttention
+from kernels.layers.complex_linear import UnitaryLinear
 from kernels.layers.unrolled_afa import UnrolledAdaptiveFilterAttention
 from sde_sim import (
     Contamination,
@@ -435,16 +436,21 @@ def test_float64_gradcheck():
 
 
 def test_layer_gradients_are_finite_with_nu_inf_and_no_damping():
-    """``raw_nu = raw_damping = +inf`` (nu = inf, delta = 1) give zero, not NaN, gradients."""
+    """``raw_damping = +inf`` (delta = 1) gets a zero, not NaN, gradient; at ``nu = inf`` the
+    filter reads neither ``nu`` nor the temperature (no gradient), every other one is finite."""
     layer = UnrolledAdaptiveFilterAttention(
         8, 2, iterations=2, nu=math.inf, generator=torch.Generator().manual_seed(0)
     ).double()
     x = torch.randn(2, 6, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     out, _ = layer(x.requires_grad_())
     out.square().sum().backward()
+    unread = {"raw_nu", "raw_temperature"}
     for name, p in layer.named_parameters():
-        assert p.grad is not None and torch.isfinite(p.grad).all(), name
-    assert torch.all(layer.raw_nu.grad == 0) and torch.all(layer.raw_damping.grad == 0)
+        if name in unread:
+            assert p.grad is None, name
+        else:
+            assert p.grad is not None and torch.isfinite(p.grad).all(), name
+    assert torch.all(layer.raw_damping.grad == 0)
     assert torch.isfinite(x.grad).all()
     assert torch.autograd.gradcheck(lambda y: layer(y)[0], x.detach()[:1, :3].requires_grad_())
 
@@ -658,3 +664,57 @@ def test_tied_basis_reads_out_with_the_inverse():
     x = torch.randn(2, 9, 2, generator=gen, dtype=torch.float64)
     assert_close("tied", tied(x)[0], learned(x)[0], atol=1e-13)
     assert_close("tied cov", tied.predictive(x)[1], learned.predictive(x)[1], atol=1e-13)
+
+
+@torch.no_grad()
+def test_unitary_basis_reads_out_with_the_adjoint():
+    """``basis="unitary"``: ``L_V`` unitary (`UnitaryLinear`), ``L_P = L_V^H``; equal to the
+    tied basis holding the same matrix, and its predictive covariance is ``c I``
+    (``Re(L_P L_P^H) = I``: isotropic noise stays isotropic)."""
+    gen = torch.Generator().manual_seed(5)
+    unitary = UnrolledAdaptiveFilterAttention(
+        3, 1, basis="unitary", nu=math.inf, predict=True, generator=gen
+    ).double()
+    assert unitary.out_proj is None and isinstance(unitary.value_proj, UnitaryLinear)
+    unitary.value_proj.bias_real.normal_(generator=gen)
+    unitary.value_proj.bias_imag.normal_(generator=gen)
+    tied = UnrolledAdaptiveFilterAttention(3, 1, basis="tied", nu=math.inf, predict=True)
+    tied = tied.double()
+    tied.load_state_dict(unitary.state_dict(), strict=False)
+    w = unitary.value_proj.complex_weight()
+    tied.value_proj.set_complex(
+        w, torch.complex(unitary.value_proj.bias_real, unitary.value_proj.bias_imag)
+    )
+    x = torch.randn(2, 9, 3, generator=gen, dtype=torch.float64)
+    assert_close("unitary", unitary(x)[0], tied(x)[0], atol=1e-13)
+    _, cov = unitary.predictive(x)
+    eye = torch.eye(3, dtype=torch.float64)
+    assert_close("cov = c I", cov, cov[..., :1, :1] * eye, atol=1e-13)
+
+
+def test_unitary_linear_weight_load_and_errors():
+    gen = torch.Generator().manual_seed(2)
+    layer = UnitaryLinear(4, generator=gen).double()
+    w = layer.complex_weight().detach()
+    eye = torch.eye(4, dtype=w.dtype)
+    assert_close("unitary", w.mH @ w, eye, atol=1e-14)
+    assert float((w - eye).abs().max()) > 0.5  # a generic start, not the identity
+    x = torch.randn(3, 8, generator=gen, dtype=torch.float64)
+    ref = torch.complex(x[:, :4], x[:, 4:]) @ w.T + torch.complex(layer.bias_real, layer.bias_imag)
+    assert_close("forward", layer(x), torch.cat([ref.real, ref.imag], -1), atol=1e-14)
+    # load a given unitary (here with eigenvalues near -1 as well) and get it back
+    q, _ = torch.linalg.qr(torch.randn(4, 4, dtype=torch.complex128, generator=gen))
+    angles = torch.tensor([3.14, -3.1, 0.2, 1.0], dtype=torch.float64)
+    target = q @ torch.diag(torch.exp(1j * angles)) @ q.mH
+    other = UnitaryLinear(4).double()
+    other.set_complex(target)
+    assert_close("loaded", other.complex_weight(), target, atol=1e-12)
+    with torch.no_grad():
+        with pytest.raises(ValueError, match="weight must be unitary"):
+            other.set_complex(2 * target)
+        with pytest.raises(ValueError, match="weight must have shape"):
+            other.set_complex(target[:3, :3])
+    with pytest.raises(ValueError, match="features must be a positive integer"):
+        UnitaryLinear(0)
+    grads = torch.autograd.grad(layer(x).square().sum(), [layer.generator_real])
+    assert torch.isfinite(grads[0]).all() and grads[0].abs().sum() > 0

@@ -105,3 +105,30 @@ def test_cases_build_valid_configs():
         assert quick.steps == case.quick < full.steps == case.full, name
         assert case.reference in ("kalman", "rt-mle"), name
     assert np.all([c.config(quick=True, seed=3).seed == 3 for c in CASES.values()])
+
+
+@pytest.mark.parametrize("loss", ["mse", "nll"])
+def test_unitary_basis_reads_the_true_dynamics_off_the_true_parameter_layer(loss):
+    """The rotation-3d layer on the unitary basis holding the truth (`verify.well_specified`)
+    reads back decay 0.1, |omega| 1 (the rotation rate of its generator's real part) and
+    sigma^2/eta^2 0.4; with the likelihood loss also sigma^2 = 0.1 and eta^2 = 0.25. Rotating
+    the basis away from the eigenbasis moves |omega| (the read-off can fail)."""
+    import torch
+
+    from verify.well_specified import CONTAINMENT_CONFIGS, true_parameter_model
+
+    config = dataclasses.replace(CONTAINMENT_CONFIGS["unrolled-afa-rotation-3d"], loss=loss)
+    model = true_parameter_model(config)
+    report = ConvergenceReport(config, 0, 0.0, 0.0, math.nan, math.nan, {}, {}, [], model)
+    rows = {r.name: r for r in learned_dynamics(report, fit_mle=False)}
+    expected = {"decay": 0.1, "|omega|": 1.0, "sigma2/eta2": 0.4}
+    if loss == "nll":
+        expected.update(p2=0.1, eta2=0.25)
+    assert set(rows) == set(expected)
+    for name, value in expected.items():
+        assert rows[name].truth == pytest.approx(value, rel=1e-12), name
+        assert rows[name].learned == pytest.approx(value, rel=1e-9), name
+    with torch.no_grad():
+        model.layer.value_proj.generator_real[0, 1] += 0.3
+    moved = {r.name: r.learned for r in learned_dynamics(report, fit_mle=False)}
+    assert abs(moved["|omega|"] - 1.0) > 1e-3

@@ -44,8 +44,8 @@ def test_wrong_noise_or_basis_fails():
     def noisier(layer):
         layer.set_parameters(measurement_var=2 * layer.measurement_var)
 
-    def rotated(layer):  # (an imaginary shift common to all features would be invisible)
-        layer.value_proj.weight_real[0, 1] += 0.05
+    def rotated(layer):  # another unitary basis (a common phase would be invisible)
+        layer.value_proj.generator_real[0, 1] += 0.05
 
     def frequency(layer):
         layer.frequencies.mul_(1.1)
