@@ -23,6 +23,7 @@ from tests.conftest import REPO_ROOT
         (["benchmarks/bench_scan.py", "--quick"], "blelloch"),
         (["benchmarks/bench_attention.py", "--quick", "--no-memory"], "isotropic AFA"),
         (["benchmarks/bench_oscillator.py", "--quick"], "closed"),
+        (["benchmarks/bench_unrolled_afa.py", "--quick", "--repeats", "1"], "rotation-3d"),
         (
             ["benchmarks/bench_training.py", "--cases", "afa-2d-b", "--seeds", "0", "--steps", "3"],
             "afa-2d-b: ratio",

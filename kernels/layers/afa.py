@@ -76,6 +76,9 @@ class AdaptiveFilterAttention(nn.Module):
     nu : robust scale > 0 or ``math.inf`` (no reweighting: the MLE weights).
     learn_nu : learn ``nu`` per head (needs a finite initial ``nu``).
     bias : biases of the complex projections (the drift biases of seed 000 3.9).
+    process_noise : False fixes ``sigma^2 = 0`` (a buffer, not learned): the family of a system
+        known to have no process noise, whose optimum lies on the boundary that the softplus
+        map of a learned ``sigma^2`` reaches only as its parameter goes to ``-inf``.
     block_size : queries per block of the isotropic form (memory ``O(block_size T)``).
     generator : ``torch.Generator`` for the projections' initialisation.
     dtype, device : of the parameters.
@@ -98,12 +101,15 @@ class AdaptiveFilterAttention(nn.Module):
         nu: float = math.inf,
         learn_nu: bool = False,
         bias: bool = True,
+        process_noise: bool = True,
         block_size: int | None = 64,
         generator: torch.Generator | None = None,
         dtype=None,
         device=None,
     ):
         super().__init__()
+        if not isinstance(process_noise, bool):
+            raise TypeError(f"process_noise must be a bool, found {process_noise!r}")
         features = _complex_features(embed_dim, complex_input)
         head_features = check_heads(features, num_heads)
         if gate not in GATES:
@@ -155,7 +161,10 @@ class AdaptiveFilterAttention(nn.Module):
             return nn.Parameter(inverse_softplus(torch.full(size, float(value), **factory)))
 
         self.raw_decay = raw(_INIT_DECAY)
-        self.raw_process_var = raw(_INIT_PROCESS_VAR)
+        if process_noise:
+            self.raw_process_var = raw(_INIT_PROCESS_VAR)
+        else:  # softplus(-inf) = 0 exactly
+            self.register_buffer("raw_process_var", torch.full(shape, -math.inf, **factory))
         self.raw_measurement_var = raw(_INIT_MEASUREMENT_VAR)
         self.raw_temperature = raw(1.0, (num_heads,))
         k = torch.arange(head_features, **factory)
@@ -323,6 +332,11 @@ class AdaptiveFilterAttention(nn.Module):
                     )
             decay, variances = decay[:1], [v[:1] for v in variances]
         kwargs.setdefault("gate", None)
+        if kwargs.get("process_noise") is False and bool((variances[0] != 0).any()):
+            raise ValueError(
+                f"process_var must be 0 for a layer with process_noise=False, found "
+                f"{variances[0].tolist()}"
+            )
         layer = cls(d, 1, tensor_form=tensor_form, separable=separable, dtype=dtype, **kwargs)
         S_inv = torch.linalg.inv(S)
         layer.value.set_complex(S_inv)

@@ -84,7 +84,7 @@ from torch import nn
 from kernels._validation import check_heads, check_input
 from kernels.functional import complex_pairs
 from kernels.functional.lags import relaxation
-from kernels.functional.unrolled_afa import WEIGHTS, unrolled_afa
+from kernels.functional.unrolled_afa import METHODS, WEIGHTS, unrolled_afa
 from kernels.layers.afa import AdaptiveFilterAttention
 from kernels.layers.complex_linear import ComplexLinear, UnitaryLinear, lift
 from kernels.layers.heads import merge_complex_heads, split_complex_heads
@@ -117,6 +117,8 @@ class UnrolledAdaptiveFilterAttention(nn.Module):
         (no projections: the input coordinates are the eigen-coordinates; ``bias`` is then
         ignored).
     rotation : False fixes the frequencies at 0 (real eigenvalues; not a parameter).
+    method : ``"auto"`` (chunked attention at ``nu = inf``, the loop otherwise) or ``"loop"``
+        (see :func:`unrolled_afa`); an attribute, so it can be switched after construction.
     generator : optional ``torch.Generator`` for the projections' initialisation.
     """
 
@@ -136,6 +138,7 @@ class UnrolledAdaptiveFilterAttention(nn.Module):
         bias: bool = True,
         basis: str = "learned",
         rotation: bool = True,
+        method: str = "auto",
         generator: torch.Generator | None = None,
         device=None,
         dtype=None,
@@ -155,6 +158,8 @@ class UnrolledAdaptiveFilterAttention(nn.Module):
             raise ValueError(f"iterations must be an integer K >= 1, found {iterations!r}")
         if weight not in WEIGHTS:
             raise ValueError(f"weight must be one of {WEIGHTS}, found {weight!r}")
+        if method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, found {method!r}")
         for name, value in (("nu", nu), ("temperature", temperature), ("step", step)):
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
                 raise ValueError(f"{name} must be a number > 0, found {value!r}")
@@ -170,6 +175,7 @@ class UnrolledAdaptiveFilterAttention(nn.Module):
         self.predict = bool(predict)
         self.basis = basis
         self.rotation = rotation
+        self.method = method
         factory = {"device": device, "dtype": dtype}
 
         def linear(imaginary_bias=True) -> ComplexLinear:
@@ -365,6 +371,7 @@ class UnrolledAdaptiveFilterAttention(nn.Module):
             temperature=self.temperature,
             damping=self.damping,
             weight=self.weight,
+            method=self.method,
         )
         out = result.output
         if self.predict:  # e^{(-a + i omega) step} x over one unit of t

@@ -930,3 +930,25 @@ def test_isotropic_form_under_torch_compile():
     }
     compiled = torch.compile(lambda q, k, v: afa.isotropic_afa(q, k, v, **p).output)
     assert_close("compiled", compiled(q, k, v), afa.isotropic_afa(q, k, v, **p).output, atol=1e-5)
+
+
+def test_process_noise_false_fixes_sigma2_at_zero():
+    """``process_noise=False``: sigma^2 is exactly 0 and not a parameter; the layer equals the
+    learned-sigma^2 layer holding sigma^2 = 0; from_eigen refuses a positive sigma^2 for it."""
+    gen = torch.Generator().manual_seed(0)
+    fixed = AdaptiveFilterAttention(4, 2, process_noise=False, generator=gen).double()
+    assert "raw_process_var" not in dict(fixed.named_parameters())
+    assert torch.equal(fixed.dynamics()["process_var"], torch.zeros(2, dtype=torch.float64))
+    learned = AdaptiveFilterAttention(4, 2).double()
+    learned.load_state_dict(fixed.state_dict())  # the buffer's -inf into the parameter
+    x = torch.randn(2, 9, 4, generator=gen, dtype=torch.float64)
+    assert torch.equal(fixed(x)[0], learned(x)[0])
+    fixed(x)[0].square().sum().backward()
+    assert torch.isfinite(fixed.raw_decay.grad).all() and fixed.raw_decay.grad.abs().sum() > 0
+    S = np.array([[1, 1], [-1j, 1j]]) / np.sqrt(2)
+    eig = np.array([-0.1 + 1j, -0.1 - 1j])
+    AdaptiveFilterAttention.from_eigen(S, eig, 0.0, 1.0, process_noise=False)
+    with pytest.raises(ValueError, match="process_var must be 0"):
+        AdaptiveFilterAttention.from_eigen(S, eig, 0.1, 1.0, process_noise=False)
+    with pytest.raises(TypeError, match="process_noise must be a bool"):
+        AdaptiveFilterAttention(4, 2, process_noise=0)

@@ -92,6 +92,19 @@ def test_unrolled_afa_at_nu_inf_equals_the_reference_loop(with_prior, damping):
     assert torch.all(out.weight == 1)
 
 
+@pytest.mark.parametrize("damping", [1.0, 0.5])
+def test_auto_equals_the_loop_with_batched_times_and_a_prior(damping):
+    """The two methods of `unrolled_afa` at nu = inf: every field to round-off, K = 3."""
+    _, _, t, values, p, _, prior, prior_var = _problem(seed=9)
+    kw = dict(t=torch.from_numpy(t), nu=math.inf, iterations=3, damping=damping, **p)
+    kw.update(prior_mean=prior, prior_variance=prior_var)
+    auto, loop = unrolled_afa(values, **kw), unrolled_afa(values, method="loop", **kw)
+    for name, a, b in zip(auto._fields, auto, loop, strict=True):
+        assert_close(f"{name} delta={damping}", a, b, atol=ROUNDOFF, rtol=ROUNDOFF)
+    with pytest.raises(ValueError, match="method must be one of"):
+        unrolled_afa(values, method="scan", **kw)
+
+
 @pytest.mark.parametrize("chunk", [1, 2, 7, 39, 40, 256])
 def test_every_chunk_length_gives_the_same_filter(chunk):
     _, _, t, values, p, _, prior, prior_var = _problem(seed=5)

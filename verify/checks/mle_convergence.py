@@ -35,7 +35,9 @@ LOWER_BOUND = 0.95
 
 # case -> (quick bound, full bound); measured ratios (seeds 0, 1, 2) and the smallest control.
 BOUNDS: dict[str, tuple[float, float]] = {
-    "afa-2d-a": (1.10, 1.05),  # quick 1.078 1.076 1.072 (control 60); full 1.018 1.021 1.022
+    # sigma^2 fixed at 0: quick 1.032 1.046 1.104 (control 60); full 1.017 1.018 1.019, held to
+    # issue 13's target 1.02 (the true-parameter layer: 1.016 1.017 1.019)
+    "afa-2d-a": (1.35, 1.02),
     "afa-2d-b": (1.55, 1.10),  # quick 1.37 1.31 1.32 (control 96); full 1.031 1.037 1.029
     "afa-2d-c": (1.80, 1.15),  # quick 1.07 1.18 1.25 (control 27); full 1.044 1.046 1.027
     "rotation-3d": (1.05, 1.05),  # quick 1.008 1.014 1.006 (control 1.71); full 1.003-1.005
