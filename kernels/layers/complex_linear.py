@@ -52,12 +52,20 @@ class ComplexLinear(nn.Module):
         self.in_features = in_features
         self.out_features = out_features
         factory = {"device": device, "dtype": dtype}
-        self.weight_real = nn.Parameter(torch.empty(out_features, in_features, **factory))
-        self.weight_imag = nn.Parameter(torch.empty(out_features, in_features, **factory))
+        self._make_weights((out_features, in_features), factory)
         self.bias_real = nn.Parameter(torch.zeros(out_features, **factory)) if bias else None
         imaginary = bias and imaginary_bias
         self.bias_imag = nn.Parameter(torch.zeros(out_features, **factory)) if imaginary else None
         self.reset_parameters(generator)
+
+    def _make_weights(self, shape: tuple[int, int], factory: dict) -> None:
+        self.weight_real = nn.Parameter(torch.empty(shape, **factory))
+        self.weight_imag = nn.Parameter(torch.empty(shape, **factory))
+
+    def _zero_biases(self) -> None:
+        for b in (self.bias_real, self.bias_imag):
+            if b is not None:
+                b.zero_()
 
     @torch.no_grad()
     def reset_parameters(self, generator: torch.Generator | None = None) -> None:
@@ -69,9 +77,7 @@ class ComplexLinear(nn.Module):
         phase = 2 * math.pi * torch.rand(shape, **kw, dtype=torch.float64)
         self.weight_real.copy_(magnitude * torch.cos(phase))
         self.weight_imag.copy_(magnitude * torch.sin(phase))
-        for b in (self.bias_real, self.bias_imag):
-            if b is not None:
-                b.zero_()
+        self._zero_biases()
 
     def complex_weight(self) -> torch.Tensor:
         """``W = W_r + i W_i`` (out, in), complex."""
@@ -143,17 +149,21 @@ class UnitaryLinear(ComplexLinear):
         device=None,
         dtype=None,
     ):
-        nn.Module.__init__(self)
         if not isinstance(features, int) or features < 1:
             raise ValueError(f"features must be a positive integer, found {features!r}")
-        self.in_features = self.out_features = features
-        factory = {"device": device, "dtype": dtype}
-        self.generator_real = nn.Parameter(torch.empty(features, features, **factory))
-        self.generator_imag = nn.Parameter(torch.empty(features, features, **factory))
-        self.bias_real = nn.Parameter(torch.zeros(features, **factory)) if bias else None
-        imaginary = bias and imaginary_bias
-        self.bias_imag = nn.Parameter(torch.zeros(features, **factory)) if imaginary else None
-        self.reset_parameters(generator)
+        super().__init__(
+            features,
+            features,
+            bias=bias,
+            imaginary_bias=imaginary_bias,
+            generator=generator,
+            device=device,
+            dtype=dtype,
+        )
+
+    def _make_weights(self, shape: tuple[int, int], factory: dict) -> None:
+        self.generator_real = nn.Parameter(torch.empty(shape, **factory))
+        self.generator_imag = nn.Parameter(torch.empty(shape, **factory))
 
     @torch.no_grad()
     def reset_parameters(self, generator: torch.Generator | None = None) -> None:
@@ -162,9 +172,7 @@ class UnitaryLinear(ComplexLinear):
         shape = self.generator_real.shape
         self.generator_real.copy_(torch.randn(shape, **kw, dtype=torch.float64))
         self.generator_imag.copy_(torch.randn(shape, **kw, dtype=torch.float64))
-        for b in (self.bias_real, self.bias_imag):
-            if b is not None:
-                b.zero_()
+        self._zero_biases()
 
     def complex_weight(self) -> torch.Tensor:
         m = torch.complex(self.generator_real, self.generator_imag)
