@@ -215,7 +215,10 @@ class TrainConfig:
             raise ValueError(
                 f"batch_size must be <= n_paths ({self.n_paths}); found {self.batch_size}"
             )
-        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
+        lr = self.lr
+        if isinstance(lr, bool) or not (
+            isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0
+        ):
             raise ValueError(f"lr must be a finite number > 0; found {self.lr!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}; found {self.dtype!r}")
@@ -296,6 +299,10 @@ class OneStepPredictor(nn.Module):
         super().__init__()
         if layer not in LAYERS:
             raise ValueError(f"layer must be one of {', '.join(LAYERS)}; found {layer!r}")
+        if isinstance(scale, bool) or not (
+            isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0
+        ):
+            raise ValueError(f"scale must be a finite number > 0, found {scale!r}")
         width = dim if embed_dim is None else embed_dim
         factory = {"dtype": dtype, "device": device}
         self.register_buffer("scale", torch.tensor(float(scale), **factory))

@@ -189,7 +189,8 @@ def unrolled_afa(
     method : ``"auto"`` (default): at ``nu = inf`` every weight is 1 and the recursion is the
         Kalman filter, linear in the data, run as chunked causal attention
         (:func:`kernels.functional.kalman_attention.kalman_attention`, no loop over time);
-        otherwise the loop. ``"loop"``: always the loop (the reference form).
+        otherwise, or when ``values`` holds a non-finite entry, the loop. ``"loop"``: always
+        the loop (the reference form).
 
     Returns
     -------
@@ -232,7 +233,10 @@ def unrolled_afa(
     shape = (batch, heads)
     if prior_mean is not None:
         x, v = _prior(prior_mean, prior_variance, values)
-    if gaussian and method == "auto":  # w = 1: the Kalman filter, as chunked attention
+    # w = 1: the Kalman filter, as chunked attention. Its masked product would spread a
+    # non-finite measurement to earlier outputs (0 x NaN), so such input keeps the loop,
+    # which is causal in IEEE arithmetic too.
+    if gaussian and method == "auto" and bool(torch.isfinite(values).all()):
         output, variance, prediction, pred_variance = kalman_attention(
             values,
             times,

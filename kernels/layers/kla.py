@@ -96,6 +96,8 @@ class KalmanLinearAttention(nn.Module):
         self.out_proj = seeded_linear(embed_dim, embed_dim, generator=generator, **factory)
         shape = (num_slots, embed_dim)
         ones = torch.ones(shape, dtype=torch.float64)
+        # computed in float64, stored in the projections' dtype (the default one when None)
+        factory["dtype"] = torch.get_default_dtype() if dtype is None else dtype
         self.raw_decay = nn.Parameter(inverse_softplus(_INIT_DECAY * ones).to(**factory))
         if process_noise:
             self.raw_diffusion = nn.Parameter(

@@ -155,3 +155,18 @@ def test_gradients_match_finite_differences_across_chunks():
         return out[0], out[1], out[3]
 
     assert torch.autograd.gradcheck(f, inputs, eps=1e-6, atol=1e-7)
+
+
+def test_a_non_finite_measurement_does_not_reach_earlier_outputs():
+    """IEEE causality: a NaN or inf at the last step leaves every earlier output as it was
+    (the masked product would give 0 x NaN = NaN; such input runs the loop)."""
+    _, _, t, values, p, _, _, _ = _problem(seed=2)
+    kw = dict(t=torch.from_numpy(t), nu=math.inf, **p)
+    clean = unrolled_afa(values, **kw)
+    for bad in (math.nan, math.inf):
+        dirty = values.clone()
+        dirty[:, :, -1, 0] = bad
+        out = unrolled_afa(dirty, **kw)
+        assert_close(
+            f"{bad} earlier", out.output[:, :, :-1], clean.output[:, :, :-1], atol=ROUNDOFF
+        )

@@ -251,6 +251,22 @@ def test_layer_shapes_and_step_decoding_equals_forward():
     assert mean.shape == var.shape == (2, 11, 8) and (var > 0).all()
 
 
+def test_step_decoding_in_the_default_dtype_as_a_user_runs_it():
+    """No dtype given: every parameter is in the default dtype (float32), so the O(1) decoding
+    step runs on float32 tokens (the prior's parameters were once float64 and `step` raised a
+    dtype mismatch that `forward` hid) and equals `forward` to float32 round-off."""
+    layer = KalmanLinearAttention(8, num_slots=4, generator=torch.Generator().manual_seed(0))
+    assert {p.dtype for p in layer.parameters()} == {torch.get_default_dtype()}
+    x = torch.randn(2, 11, 8, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        out, _ = layer(x)
+        state, outs = None, []
+        for i in range(11):
+            o, state = layer.step(x[:, i], state)
+            outs.append(o)
+    assert_close("float32 step loop", torch.stack(outs, 1), out, atol=1e-5)
+
+
 def test_layer_irregular_times_and_shift_invariance():
     layer = _layer(p_convention="code")
     x = torch.randn(2, 7, 8, generator=torch.Generator().manual_seed(2), dtype=F64)

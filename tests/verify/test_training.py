@@ -1,6 +1,7 @@
 """Training harness: determinism, bit-exact resume, learning, atomic checkpoints, CLI."""
 
 import json
+import math
 import os
 
 import pytest
@@ -8,7 +9,7 @@ import torch
 
 from verify import training
 from verify.cli import main
-from verify.training import TrainConfig, read_metrics, train
+from verify.training import OneStepPredictor, TrainConfig, read_metrics, train
 
 # A tiny run: 16 paths of afa-2d (101 measurements each), batches of 4.
 TINY = dict(layer="afa", preset="afa-2d", variant="b", n_paths=16, holdout_paths=4, batch_size=4)
@@ -227,3 +228,14 @@ def test_layer_options_reach_the_layer_and_are_recorded(tmp_path):
     assert saved["layer_options"] == {"nu": 2.0, "learn_nu": True}
     with pytest.raises(ValueError, match="configuration differs"):
         train(TrainConfig(**TINY, steps=3), tmp_path / "run", resume=True, quiet=True)
+
+
+def test_a_bool_learning_rate_and_a_non_positive_scale_are_refused():
+    """`TrainConfig(lr=True)` is not a rate (bool is an int in Python); a model's data scale
+    must be a finite number > 0 (it divides the data)."""
+    with pytest.raises(ValueError, match="lr must be a finite number > 0"):
+        TrainConfig(lr=True)
+    for scale in (-1.0, 0.0, math.inf, math.nan, True):
+        with pytest.raises(ValueError, match="scale must be a finite number > 0"):
+            OneStepPredictor("afa", 2, scale=scale)
+    assert float(OneStepPredictor("afa", 2, scale=2.5).scale) == 2.5
