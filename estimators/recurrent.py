@@ -464,9 +464,27 @@ def _prior(d: int, prior: GaussianPrior | None):
             f"prior must be an estimators.kalman.GaussianPrior or None, got {type(prior).__name__}"
         )
     if prior is None or prior.cov is None:
-        return None, None
+        return None, None, None
     mean = np.zeros(d) if prior.mean is None else validation.vector("prior.mean", prior.mean, d)
-    return mean, validation.covariance("prior.cov", prior.cov, d)
+    time = None if prior.time is None else validation.scalar("prior.time", prior.time)
+    return mean, validation.covariance("prior.cov", prior.cov, d), time
+
+
+def _prior_at_first_state(sde: LinearSDE, x, P, prior_time, first_times):
+    """The prior ``(B, d), (B, d, d)`` given at `prior_time` predicted to each sequence's first
+    state time (B,), as the Kalman filter does (`estimators.kalman`)."""
+    if prior_time is None:
+        return x, P
+    if np.any(first_times < prior_time):
+        raise ValueError(
+            f"prior.time ({prior_time:g}) must not be after the first state time "
+            f"({first_times.min():g})"
+        )
+    sizes, index = np.unique(first_times - prior_time, return_inverse=True)
+    maps = linear_transition(sde, sizes)
+    F = maps.Phi[index]
+    x = np.einsum("bij,bj->bi", F, x) + maps.offset[index]
+    return x, _sym(F @ P @ np.swapaxes(F, 1, 2) + maps.Qd[index])
 
 
 def _robust_diffuse_start(z0, observed0, measurement: LinearMeasurement, L_inv, opts: _Options):
@@ -531,8 +549,10 @@ def recurrent_filter(
     n_iter : the number K of inner iterations at most (>= 1).
     tol : stop a step's iterations once ``max_i |dx_i| / sqrt(P_ii) <= tol``.
     damping : delta in (0, 1], the step toward the reweighted update (seed's residual weight).
-    prior : ``GaussianPrior(mean, cov)`` at the first time; ``None`` or ``cov=None`` is diffuse
-        (the first measurement determines the state; it needs full column rank C).
+    prior : ``GaussianPrior(mean, cov[, time])`` at ``time`` (at or before the first state
+        time; default the first state time), predicted from there as `kalman_filter` does;
+        ``None`` or ``cov=None`` is diffuse (the first measurement determines the state; it
+        needs full column rank C).
     mask : (B, T) or (T,) bool, True where observed.
 
     Returns
@@ -550,7 +570,7 @@ def recurrent_filter(
         raise ValueError(f"measurement.C has {measurement.dim} columns; the state has {sde.dim}")
     d, k = sde.dim, measurement.out_dim
     batch = _prepare(z, t, mask, k, measurement.delay)
-    prior_mean, prior_cov = _prior(d, prior)
+    prior_mean, prior_cov, prior_time = _prior(d, prior)
     diffuse = prior_cov is None
     finite_nu = not math.isinf(opts.nu)
     why = "for a finite nu (weights use R^-1)" if finite_nu else "for a diffuse prior"
@@ -571,6 +591,7 @@ def recurrent_filter(
     change = np.zeros((B, T))
     x = np.broadcast_to(np.zeros(d) if diffuse else prior_mean, (B, d)).copy()
     P = np.broadcast_to(np.zeros((d, d)) if diffuse else prior_cov, (B, d, d)).copy()
+    x, P = _prior_at_first_state(sde, x, P, prior_time, batch.times[:, 0])
     for step in range(T):
         if step > 0:
             idx = step_index[:, step - 1]

@@ -164,7 +164,8 @@ def simulate(
     method : ``"euler"`` (Euler-Maruyama) or ``"exact"`` (exact discretisation).
     dtype : ``"float64"`` or ``"float32"`` for the paths and measurements.
     progress : called with (steps done, total steps) while integrating.
-    meta : extra JSON-compatible entries for the record (e.g. the preset name).
+    meta : extra JSON-compatible entries for the record (e.g. the preset name); it may not
+        set the entries recorded here (`RECORDED_KEYS`: seed, n_paths, method, ...).
 
     Returns
     -------
@@ -176,6 +177,7 @@ def simulate(
     seed = validation.count("seed", seed, minimum=0)
     validation.choice("method", method, METHODS)
     validation.choice("dtype", dtype, DTYPES)
+    _check_meta(meta)
     s_init, s_noise, s_times, s_meas, s_cont = np.random.SeedSequence(seed).spawn(5)
     system, measurement = scenario.system, scenario.measurement
     grid = scenario.grid()
@@ -230,6 +232,24 @@ def simulate(
         missing=missing,
         meta=record,
     )
+
+
+# Entries `simulate` records itself; caller metadata may not replace them (a file would then
+# claim a seed or a path count it was not simulated with).
+RECORDED_KEYS = ("filtersuite_version", "seed", "method", "dtype", "n_paths", "scenario")
+
+
+def _check_meta(meta) -> None:
+    if meta is None:
+        return
+    if not isinstance(meta, dict):
+        raise TypeError(f"meta must be a dict or None, got {type(meta).__name__}")
+    clashes = sorted(key for key in meta if key in RECORDED_KEYS)
+    if clashes:
+        raise ValueError(
+            f"meta must not set {', '.join(map(repr, clashes))}: simulate records "
+            f"{', '.join(RECORDED_KEYS)} itself"
+        )
 
 
 def _measurable_times(t_obs, delay, grid: TimeGrid, schedule) -> np.ndarray:

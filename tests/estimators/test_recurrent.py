@@ -94,6 +94,26 @@ def test_nu_inf_is_the_kalman_filter_with_exact_discretisation(sde, seed, T, K):
         assert np.all(ours.final_change == 0.0) and np.all(ours.converged)
 
 
+def test_a_prior_given_before_the_first_measurement_is_predicted_to_it():
+    """``GaussianPrior(time=...)``: at nu = inf the filter equals `kalman_filter` with the same
+    prior time (it once ignored the time and differed by 0.49); per-sequence first times and a
+    measurement delay included. A time after the first state, or NaN, is refused."""
+    rng = np.random.default_rng(8)
+    sde, _, z, t, _ = random_problem(rng, 3, 2, B=2, T=15)
+    meas = _measurement(8, 3, 2)
+    prior = GaussianPrior(rng.normal(size=3), np.diag([0.5, 1.0, 2.0]), time=t.min() - 1.3)
+    ours = rec.recurrent_filter(sde, meas, z, t, prior=prior)
+    ref = kalman_filter(sde, meas, z, t, prior=prior)
+    assert relative_error(ours.means, ref.means) <= ROUNDOFF
+    assert relative_error(ours.covs, ref.covs[ref.group]) <= ROUNDOFF
+    untimed = rec.recurrent_filter(sde, meas, z, t, prior=prior._replace(time=None))
+    assert relative_error(untimed.means, ours.means) > 1e-3  # the time matters
+    with pytest.raises(ValueError, match="prior.time .* must not be after the first state"):
+        rec.recurrent_filter(sde, meas, z, t, prior=prior._replace(time=t.max()))
+    with pytest.raises(ValueError, match="prior.time must be finite"):
+        rec.recurrent_filter(sde, meas, z, t, prior=prior._replace(time=float("nan")))
+
+
 def test_nu_inf_with_missing_values_equals_the_dense_oracle():
     rng = np.random.default_rng(3)
     sde, meas, z, t, _ = random_problem(rng, 3, 2, B=1, T=20)

@@ -184,3 +184,15 @@ def test_simulate_argument_errors():
         simulate(_scenario(), 2, seed=1.5)
     with pytest.raises(ValueError, match="literal radial-tangential"):
         simulate(presets.get("rt-sphere-3d").scenario("a"), 2, method="exact")
+
+
+def test_caller_metadata_cannot_replace_the_recorded_seed_or_path_count():
+    """A file must not claim a seed or a path count it was not simulated with: `meta` may add
+    entries, not replace the ones `simulate` records."""
+    sim = simulate(_scenario(), 2, seed=3, meta={"preset": "mine"})
+    assert sim.meta["seed"] == 3 and sim.meta["n_paths"] == 2 and sim.meta["preset"] == "mine"
+    for key in ("seed", "n_paths", "method", "scenario"):
+        with pytest.raises(ValueError, match=f"meta must not set '{key}'"):
+            simulate(_scenario(), 2, meta={key: 7})
+    with pytest.raises(TypeError, match="meta must be a dict or None"):
+        simulate(_scenario(), 2, meta=[("seed", 1)])
