@@ -50,6 +50,8 @@ def check_times(t, steps: int, *, like: torch.Tensor, name: str = "t") -> torch.
     """
     if t is None:
         return torch.arange(steps, dtype=like.dtype, device=like.device).view(1, 1, steps)
+    if torch.as_tensor(t).is_complex():  # a cast to the real dtype would drop the imaginary part
+        raise TypeError(f"{name} must hold real time stamps, found a complex dtype")
     t = torch.as_tensor(t, dtype=like.dtype, device=like.device)
     if t.ndim not in (1, 2) or t.shape[-1] != steps:
         raise ValueError(

@@ -45,6 +45,7 @@ import math
 from collections.abc import Callable
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 from kernels.functional.lags import relaxation
@@ -128,6 +129,8 @@ def _tensor(name: str, x, like: torch.Tensor | None = None) -> torch.Tensor:
             raise TypeError(f"{name} must be a floating tensor, found dtype {x.dtype}")
         return x
     if not isinstance(x, torch.Tensor):  # Python numbers and arrays: straight to like's dtype
+        if np.iscomplexobj(x):  # the cast would fail with no word of which argument
+            raise TypeError(f"{name} must be real, found a complex value")
         x = torch.as_tensor(x, dtype=like.dtype, device=like.device)
     if x.is_complex() or not (x.is_floating_point() or x.dtype in (torch.int64, torch.int32)):
         raise TypeError(f"{name} must be real, found dtype {x.dtype}")
@@ -278,12 +281,61 @@ def kla_step(
     Returns
     -------
     (new state, ``q_t mu_t`` or None)
+
+    Raises
+    ------
+    TypeError for a state that is not two floating tensors, complex or non-tensor inputs;
+    ValueError for ``state.lam < 0``, ``value_precision_t < 0``, ``a_bar <= 0``, ``p_bar < 0``,
+    or token arguments that do not broadcast to the state's shape.
     """
-    lam, eta = state
+    lam, eta = _step_state(state)
+    k_t, value_precision_t, v_t, a_bar, p_bar = (
+        _tensor(name, x, lam)
+        for name, x in (
+            ("k_t", k_t),
+            ("value_precision_t", value_precision_t),
+            ("v_t", v_t),
+            ("a_bar", a_bar),
+            ("p_bar", p_bar),
+        )
+    )
+    shapes = [x.shape for x in (k_t, value_precision_t, v_t, a_bar, p_bar)]
+    try:
+        fits = torch.broadcast_shapes(lam.shape, *shapes) == lam.shape
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise ValueError(
+            f"k_t, value_precision_t, v_t, a_bar and p_bar must broadcast to the state's shape "
+            f"{tuple(lam.shape)}, found {[tuple(s) for s in shapes]}"
+        )
+    for name, bad, what in (
+        ("state.lam", lam < 0, ">= 0 (a precision)"),
+        ("value_precision_t", value_precision_t < 0, ">= 0 (0 marks a missing token)"),
+        ("a_bar", a_bar <= 0, "> 0 (a_bar = e^(-a dt))"),
+        ("p_bar", p_bar < 0, ">= 0 (a variance)"),
+    ):
+        if bool(bad.any()):
+            raise ValueError(f"{name} must be {what}")
     k_lam_v = k_t * value_precision_t
     state = _step(lam, eta, k_lam_v * k_t, k_lam_v * v_t, a_bar, p_bar)
     out = None if q_t is None else q_t * (state.eta / state.lam)
     return state, out
+
+
+def _step_state(state) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(lam, eta)`` of a `KLAState`, checked: two floating tensors of one shape."""
+    if not (isinstance(state, tuple) and len(state) == 2):
+        raise TypeError(
+            f"state must be a KLAState(lam, eta) of (B, *S) tensors, found {type(state).__name__}"
+        )
+    lam, eta = _tensor("state.lam", state[0]), _tensor("state.eta", state[1])
+    if lam.shape != eta.shape:
+        raise ValueError(
+            f"state.lam and state.eta must have one shape, found {tuple(lam.shape)} and "
+            f"{tuple(eta.shape)}"
+        )
+    return lam, eta
 
 
 def _step(lam, eta, phi, b, a_bar, p_bar) -> KLAState:

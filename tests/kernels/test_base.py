@@ -109,3 +109,33 @@ def test_validation_names_the_argument():
     with pytest.raises(ValueError, match="must be even"):
         _validation.check_heads(12, 4, even=True)
     assert _validation.check_times(None, 4, like=q).shape == (1, 1, 4)
+
+
+def test_complex_time_stamps_are_refused_by_every_filtering_layer():
+    """A complex ``t`` would be cast to the real dtype with its imaginary part dropped: every
+    layer that reads time stamps refuses it, naming ``t``; the real part alone is accepted."""
+    from kernels.layers.afa import AdaptiveFilterAttention
+    from kernels.layers.rfa import RobustFilterAttention
+    from kernels.layers.rt_afa import RTAdaptiveFilterAttention
+    from kernels.layers.unrolled_afa import UnrolledAdaptiveFilterAttention
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(1, 5, 4, generator=gen)
+    t_real = np.arange(5.0)
+    t_complex = t_real + 0.5j
+    layers = [
+        AdaptiveFilterAttention(4, 1, generator=gen),
+        AdaptiveFilterAttention(4, 1, tensor_form=True, generator=gen),
+        AdaptiveFilterAttention(4, 1, separable=True, generator=gen),
+        RobustFilterAttention(4, 1),
+        RTAdaptiveFilterAttention(4, 1),
+        UnrolledAdaptiveFilterAttention(4, 1, generator=gen),
+    ]
+    for layer in layers:
+        name = type(layer).__name__
+        assert layer(x, torch.from_numpy(t_real).float())[0].shape == x.shape, name
+        for bad in (t_complex, torch.from_numpy(t_complex)):
+            with pytest.raises(TypeError, match="t must hold real time stamps"):
+                layer(x, bad)
+    with pytest.raises(TypeError, match="t must hold real time stamps"):
+        _validation.check_times([0.0, 1.0 + 1e-9j], 2, like=x)

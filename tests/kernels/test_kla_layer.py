@@ -197,6 +197,29 @@ def test_scan_argument_errors():
         kla_scan(np.zeros((1, 4, 2)), 1.0, x, 0.9, 0.1)
 
 
+def test_step_argument_errors():
+    """`kla_step` refuses what the filter cannot mean, naming the argument: no state, a state
+    of two shapes, a negative precision (state or value), a_bar <= 0, p_bar < 0, tokens that
+    do not broadcast to the state; a valid call still runs."""
+    lam, eta = torch.ones(2, 3, dtype=F64), torch.zeros(2, 3, dtype=F64)
+    ok = dict(k_t=1.0, value_precision_t=2.0, v_t=torch.ones(2, 3, dtype=F64), a_bar=0.9, p_bar=0.1)
+    state, out = kla_step(KLAState(lam, eta), **ok, q_t=1.0)
+    assert torch.isfinite(state.lam).all() and out.shape == (2, 3)
+    cases = [
+        (None, {}, TypeError, "state must be a KLAState"),
+        (KLAState(lam, eta[:1]), {}, ValueError, "one shape"),
+        (KLAState(-lam, eta), {}, ValueError, "state.lam must be >= 0"),
+        (KLAState(lam, eta), {"value_precision_t": -1.0}, ValueError, "value_precision_t"),
+        (KLAState(lam, eta), {"a_bar": 0.0}, ValueError, "a_bar must be > 0"),
+        (KLAState(lam, eta), {"p_bar": -0.1}, ValueError, "p_bar must be >= 0"),
+        (KLAState(lam, eta), {"v_t": torch.ones(4, 3, dtype=F64)}, ValueError, "broadcast"),
+        (KLAState(lam, eta), {"k_t": 1j}, TypeError, "k_t must be real"),
+    ]
+    for state, change, error, words in cases:
+        with pytest.raises(error, match=words):
+            kla_step(state, **{**ok, **change})
+
+
 def test_mc_marginal_nll_logsumexp_and_jensen():
     g = torch.Generator().manual_seed(7)
     mean = torch.randn(3, 4, 6, generator=g, dtype=F64)
