@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -66,14 +67,65 @@ def save(simulation: Simulation, path: str | os.PathLike, *, overwrite: bool = F
 
 
 def load(path: str | os.PathLike) -> Simulation:
-    """Load a file written by `save`."""
+    """Load a file written by `save`, checking its layout (module docstring).
+
+    Raises FileNotFoundError for a missing file and ValueError, naming the file and the entry,
+    for anything else: not an ``.npz``, missing entries, ``meta`` not a JSON object, arrays of
+    the wrong rank, dtype or size, non-finite or non-increasing times, non-boolean masks.
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist")
-    with np.load(path, allow_pickle=False) as data:
+    try:  # numpy reads anything that is not a zip archive as a pickle, which it refuses
+        data = np.load(path, allow_pickle=False)
+    except (OSError, EOFError, ValueError, zipfile.BadZipFile) as exc:
+        raise ValueError(f"{path} is not a readable .npz file ({exc})") from None
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise ValueError(f"{path} is not a readable .npz file (a single .npy array)")
+    with data:
         missing = [k for k in (*Simulation.ARRAYS, "meta") if k not in data.files]
         if missing:
             raise ValueError(f"{path} is not a filtersuite simulation: missing {missing}")
         arrays = {name: data[name] for name in Simulation.ARRAYS}
-        meta = json.loads(str(data["meta"]))
+        meta_text = data["meta"]
+    try:
+        meta = json.loads(str(meta_text))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: meta is not valid JSON ({exc})") from None
+    if not isinstance(meta, dict):
+        raise ValueError(f"{path}: meta must be a JSON object, found {type(meta).__name__}")
+    _check_layout(path, arrays)
     return Simulation(**arrays, meta=meta)
+
+
+def _check_layout(path: Path, arrays: dict) -> None:
+    """The shapes and dtypes of the module docstring's layout, one entry at a time."""
+    ranks = {"t": 1, "x": 3, "t_obs": 1, "z": 3, "x_obs": 3, "outlier": 2, "missing": 2}
+    for name, rank in ranks.items():
+        a = arrays[name]
+        if a.ndim != rank:
+            raise ValueError(f"{path}: {name} must be {rank}-D, found shape {a.shape}")
+        masks = name in ("outlier", "missing")
+        if masks and a.dtype != np.bool_:
+            raise ValueError(f"{path}: {name} must be a boolean mask, found dtype {a.dtype}")
+        if not masks and a.dtype.kind != "f":
+            raise ValueError(f"{path}: {name} must hold real floats, found dtype {a.dtype}")
+    P, T, d = arrays["x"].shape
+    M = arrays["t_obs"].shape[0]
+    expected = {
+        "t": (T,),
+        "z": (P, M, arrays["z"].shape[2]),
+        "x_obs": (P, M, d),
+        "outlier": (P, M),
+        "missing": (P, M),
+    }
+    for name, shape in expected.items():
+        if arrays[name].shape != shape:
+            raise ValueError(
+                f"{path}: {name} must have shape {shape} (x is {(P, T, d)}, t_obs has {M} "
+                f"times), found {arrays[name].shape}"
+            )
+    for name in ("t", "t_obs"):
+        times = arrays[name]
+        if not np.all(np.isfinite(times)) or np.any(np.diff(times) <= 0):
+            raise ValueError(f"{path}: {name} must be finite and strictly increasing")

@@ -72,3 +72,44 @@ def test_bad_paths(tmp_path, sim):
     np.savez(tmp_path / "other.npz", a=np.zeros(3))
     with pytest.raises(ValueError, match="not a filtersuite simulation: missing"):
         io.load(tmp_path / "other.npz")
+
+
+def _corrupted(tmp_path, sim, name, **changes):
+    """`sim` saved with some entries replaced (raw numpy, bypassing `io.save`)."""
+    arrays = {k: getattr(sim, k) for k in sim.ARRAYS}
+    arrays["meta"] = np.array(json.dumps(sim.meta))
+    arrays.update(changes)
+    path = tmp_path / f"{name}.npz"
+    np.savez(path, **arrays)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("changes", "words"),
+    [
+        ({"meta": np.array("[1, 2]")}, "meta must be a JSON object"),
+        ({"meta": np.array("3")}, "meta must be a JSON object"),
+        ({"meta": np.array("{not json")}, "meta is not valid JSON"),
+        ({"x": np.zeros(5)}, "x must be 3-D"),
+        ({"x": np.full((3, 4, 2), "a")}, "x must hold real floats"),
+        ({"t_obs": np.arange(2.0)}, "z must have shape"),
+        ({"t": np.zeros(0)}, "t must have shape"),
+        ({"missing": np.zeros((3, 1), dtype=int)}, "missing must be a boolean mask"),
+    ],
+)
+def test_malformed_files_are_refused_naming_the_entry(tmp_path, sim, changes, words):
+    path = _corrupted(tmp_path, sim, "bad", **changes)
+    with pytest.raises(ValueError, match=words):
+        io.load(path)
+
+
+def test_non_increasing_times_and_a_non_npz_file_are_refused(tmp_path, sim):
+    t = sim.t.copy()
+    t[3] = t[2]
+    with pytest.raises(ValueError, match="t must be finite and strictly increasing"):
+        io.load(_corrupted(tmp_path, sim, "flat", t=t))
+    garbage = tmp_path / "garbage.npz"
+    garbage.write_bytes(b"not a zip file at all")
+    with pytest.raises(ValueError, match="not a readable .npz file"):
+        io.load(garbage)
+    assert io.load(_corrupted(tmp_path, sim, "fine")).meta == sim.meta
