@@ -45,6 +45,8 @@ def measurements(z, mask, k: int) -> Measurements:
         shape = z.shape[1:] if squeeze else z.shape
         raise ValueError(f"z must have shape (B, T, {k}) or (T, {k}), got {shape}")
     B, T, _ = z.shape
+    if B < 1:
+        raise ValueError(f"z must hold at least one sequence, got shape {z.shape} (B = 0)")
     if T < 1:
         raise ValueError("z must hold at least one time step")
     observed = _observed(mask, B, T, squeeze)

@@ -39,6 +39,11 @@ def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, even: bool =
     batch, heads, steps, dim = q.shape
     if steps < 1:
         raise ValueError(f"q, k, v must hold at least one time step, found T = {steps}")
+    if batch < 1 or heads < 1:
+        raise ValueError(
+            f"q, k, v must hold at least one sequence and one head, found B = {batch}, "
+            f"H = {heads}"
+        )
     return batch, heads, steps, dim, v.shape[-1]
 
 

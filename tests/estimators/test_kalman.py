@@ -133,6 +133,7 @@ MEAS2 = LinearMeasurement.identity(2, 0.2)
     ("kwargs", "pattern"),
     [
         ({"z": np.zeros((5, 3))}, r"z must have shape \(B, T, 2\) or \(T, 2\)"),
+        ({"z": np.zeros((0, 5, 2))}, r"z must hold at least one sequence.*B = 0"),
         ({"t": np.arange(4.0)}, r"t must have shape \(5,\) or \(1, 5\)"),
         ({"t": np.array([0, 1, 1, 2, 3.0])}, "t must be strictly increasing"),
         ({"z": np.full((5, 2), np.nan)}, "NaN or infinite entries at observed measurements"),

@@ -550,6 +550,9 @@ def test_clear_errors():
     good = {"frequencies": torch.zeros(2, dtype=F64), "decay": 0.1}
     with pytest.raises(ValueError, match="q and k must have equal shapes"):
         rfa_attention(q, k[..., :3, :], v, **good)
+    for empty in (q[:0], q[:, :0]):  # no sequence, no head: refused by name, not / 0
+        with pytest.raises(ValueError, match="at least one sequence and one head"):
+            rfa_attention(empty, empty, empty, **good)
     with pytest.raises(ValueError, match="must be even"):
         rfa_attention(q[..., :3], k[..., :3], v[..., :3], **good)
     with pytest.raises(ValueError, match="strictly increasing"):
