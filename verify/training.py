@@ -529,6 +529,7 @@ def train(
     if (resume or force) and out is None:
         raise ValueError("resume and force need a run directory (out)")
     run = None if out is None else Path(out)
+    _check_device_available(config.device)
     data = make_data(config)
     model = build_model(config, data)  # bad layer options fail here, before the run directory
     if config.loss == "nll" and not model.has_predictive:
@@ -594,9 +595,22 @@ def train(
             progress.update(1)
     finally:
         progress.close()
+    final_loss = _original_units(config, model, train_loss)
     if math.isnan(heldout):  # resumed at the final step: nothing trained in this call
         heldout = evaluate(model, data)
-    return TrainResult(model, step, _original_units(config, model, train_loss), heldout, metrics)
+        final_loss = metrics[-1].get(f"train_{config.loss}", math.nan) if metrics else math.nan
+    return TrainResult(model, step, final_loss, heldout, metrics)
+
+
+def _check_device_available(device: str) -> None:
+    """A device this machine can run on (CUDA, MPS), or a ValueError naming it."""
+    kind = torch.device(device).type
+    available = {
+        "cuda": torch.cuda.is_available,
+        "mps": lambda: torch.backends.mps.is_available(),
+    }.get(kind, lambda: True)
+    if not available():
+        raise ValueError(f"device {device!r} is not available on this machine (use 'cpu')")
 
 
 def _original_units(config: TrainConfig, model: OneStepPredictor, loss: float) -> float:
@@ -654,10 +668,25 @@ def save_checkpoint(
     atomic_write(path, lambda fh: torch.save(state, fh), overwrite=True)
 
 
+CHECKPOINT_KEYS = ("step", "elapsed", "config", "model", "optimizer", "generator")
+
+
 def load_checkpoint(path: str | os.PathLike) -> dict:
-    """The checkpoint dictionary at `path` (step, elapsed, config, model, optimizer,
-    generator)."""
-    return torch.load(path, map_location="cpu", weights_only=True)
+    """The checkpoint dictionary at `path` (`CHECKPOINT_KEYS`); a ValueError naming the file for
+    one that cannot be read (truncated, corrupt, not a checkpoint)."""
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises UnpicklingError, EOFError, RuntimeError, ...
+        raise ValueError(
+            f"{path} is not a readable checkpoint ({type(exc).__name__}); pass force (--force) "
+            "to start the run afresh"
+        ) from None
+    missing = [
+        k for k in CHECKPOINT_KEYS if not isinstance(checkpoint, dict) or k not in checkpoint
+    ]
+    if missing:
+        raise ValueError(f"{path} is not a training checkpoint: missing {', '.join(missing)}")
+    return checkpoint
 
 
 def _prepare_run(run: Path | None, config: TrainConfig, *, resume: bool, force: bool):

@@ -239,3 +239,44 @@ def test_a_bool_learning_rate_and_a_non_positive_scale_are_refused():
         with pytest.raises(ValueError, match="scale must be a finite number > 0"):
             OneStepPredictor("afa", 2, scale=scale)
     assert float(OneStepPredictor("afa", 2, scale=2.5).scale) == 2.5
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        (b"garbage", "is not a readable checkpoint"),
+        (b"", "is not a readable checkpoint"),
+        (None, "is not a training checkpoint: missing step"),
+    ],
+)
+def test_resume_from_a_broken_checkpoint_is_refused_by_name(tmp_path, capsys, content, words):
+    """A truncated, corrupt or keyless ``checkpoint.pt``: `train` raises a ValueError naming the
+    file, and the CLI prints one line and exits 2 (no traceback); the run is left as it was."""
+    train(TrainConfig(**TINY, steps=2), tmp_path, quiet=True)
+    path = tmp_path / training.CHECKPOINT
+    if content is None:
+        torch.save({"a": 1}, path)
+    else:
+        path.write_bytes(content)
+    before = path.read_bytes()
+    with pytest.raises(ValueError, match=words):
+        train(TrainConfig(**TINY, steps=4), tmp_path, resume=True, quiet=True)
+    assert main(["train", "--out", str(tmp_path), "--resume", "--steps", "4"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and words in err and "Traceback" not in err
+    assert path.read_bytes() == before
+
+
+def test_resuming_a_finished_run_reports_its_recorded_loss(tmp_path):
+    """Nothing left to train: the result carries the last recorded training loss, not NaN."""
+    first = train(TrainConfig(**TINY, steps=2, eval_every=1), tmp_path, quiet=True)
+    again = train(TrainConfig(**TINY, steps=2, eval_every=1), tmp_path, resume=True, quiet=True)
+    assert again.step == 2 and again.train_loss == pytest.approx(first.train_loss)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")
+def test_an_unavailable_device_is_refused_before_any_file(tmp_path, capsys):
+    assert main(["train", "--out", str(tmp_path / "run"), "--device", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert "device 'cuda' is not available" in err and "Traceback" not in err
+    assert not (tmp_path / "run").exists()
