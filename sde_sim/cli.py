@@ -6,8 +6,11 @@ Errors in the arguments or the system print one line on stderr and exit with sta
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
+
+import numpy as np
 
 from sde_sim import io, presets
 from sde_sim.models import RT_MODES, LinearSDE, RadialTangentialSDE
@@ -162,6 +165,52 @@ def _summary(name: str, sim: Simulation) -> str:
     )
 
 
+def _check_targets(out: Path | None, plot: Path | None, force: bool) -> None:
+    """Before anything is simulated or written: suffixes, no clobbering without --force, and a
+    writable folder (the nearest existing one; missing folders are created), so that a failing
+    command leaves nothing behind."""
+    for path, flag, suffix in ((out, "--out", ".npz"), (plot, "--plot", ".png")):
+        if path is None:
+            continue
+        if path.suffix != suffix:
+            raise UsageError(f"{flag} must end in {suffix}, got {str(path)!r}")
+        if path.exists() and not force:
+            raise UsageError(f"{path} exists; pass --force to overwrite it")
+        folder = path.parent
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+        if not (folder.is_dir() and os.access(folder, os.W_OK | os.X_OK)):
+            raise UsageError(f"{flag} {path}: {folder} is not a writable folder")
+
+
+def _memory_bytes(scenario: Scenario, paths: int, dtype: str) -> float:
+    """A lower estimate of what `simulate` allocates: the measurement times, then per path the
+    states and Brownian increments on the grid with the measurement times inserted, and the
+    measurements (the integrator holds a few such arrays at once)."""
+    points = scenario.n_steps + 1
+    rate = getattr(scenario.observations, "rate", None)
+    times = rate * scenario.n_steps * scenario.dt if rate is not None else points
+    itemsize = np.dtype(dtype).itemsize
+    k = getattr(scenario.measurement, "out_dim", scenario.system.dim)
+    per_path = (points + times) * (2 * scenario.system.dim + k)
+    return 8.0 * times + float(paths) * per_path * itemsize
+
+
+def _check_memory(scenario: Scenario, paths: int, dtype: str) -> None:
+    """Refuse a run that cannot fit this machine's memory, with the numbers."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not a POSIX system: no estimate
+        return
+    need = _memory_bytes(scenario, paths, dtype)
+    if need > total:
+        raise UsageError(
+            f"this run needs at least {need / 2**30:.3g} GiB ({paths} paths x "
+            f"{scenario.n_steps} steps in {scenario.system.dim}-D), more than this machine's "
+            f"{total / 2**30:.3g} GiB: fewer --paths or --steps, or a lower measurement rate"
+        )
+
+
 def _simulate_and_write(
     scenario: Scenario,
     name: str,
@@ -174,15 +223,8 @@ def _simulate_and_write(
     dtype="float64",
     report=False,
 ) -> Simulation:
-    for path, suffix in ((out, ".npz"), (plot, ".png")):
-        if path is not None:
-            if path.suffix != suffix:
-                raise UsageError(
-                    f"{'--out' if suffix == '.npz' else '--plot'} must end in "
-                    f"{suffix}, got {str(path)!r}"
-                )
-            if path.exists() and not args.force:
-                raise UsageError(f"{path} exists; pass --force to overwrite it")
+    _check_targets(out, plot, args.force)
+    _check_memory(scenario, args.paths, dtype)
     update, bar = _progress_bar(args.paths * scenario.n_steps)
     try:
         sim = simulate(
@@ -237,18 +279,21 @@ def _simulate(args) -> None:
 
 
 def _simulate_all(args) -> None:
-    for preset in presets.PRESETS.values():
-        for variant in preset.variants:
-            stem = args.out / f"{preset.name}-{variant.name}"
-            print(f"{preset.name} ({variant.name}): {variant.summary}")
-            _simulate_and_write(
-                variant.build(),
-                preset.name,
-                variant.name,
-                args,
-                out=stem.with_suffix(".npz"),
-                plot=stem.with_suffix(".png"),
-            )
+    variants = [(p, v) for p in presets.PRESETS.values() for v in p.variants]
+    for preset, variant in variants:  # every target first: a clash writes nothing at all
+        stem = args.out / f"{preset.name}-{variant.name}"
+        _check_targets(stem.with_suffix(".npz"), stem.with_suffix(".png"), args.force)
+    for preset, variant in variants:
+        stem = args.out / f"{preset.name}-{variant.name}"
+        print(f"{preset.name} ({variant.name}): {variant.summary}")
+        _simulate_and_write(
+            variant.build(),
+            preset.name,
+            variant.name,
+            args,
+            out=stem.with_suffix(".npz"),
+            plot=stem.with_suffix(".png"),
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -214,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         _check_output(args.json, args.force)
         _check_output(args.table, args.force)
+        both = args.json is not None and args.table is not None
+        if both and args.json.resolve() == args.table.resolve():
+            raise UsageError(f"--json and --table name the same file {args.json}")
     except UsageError as exc:
         print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2

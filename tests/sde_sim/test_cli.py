@@ -127,6 +127,9 @@ def test_force_is_needed_to_overwrite(tmp_path, capsys):
             "not allowed with argument",
         ),
         (["frobnicate"], "invalid choice: 'frobnicate'"),
+        (["simulate", "--system", "afa-2d", "--steps", "1000000000000"], "GiB"),
+        (["simulate", "--system", "afa-2d", "--paths", "1000000000000"], "GiB"),
+        (["simulate", "--system", "afa-2d", "--obs-rate", "1e12"], "more than this machine"),
     ],
 )
 def test_errors_are_one_line_with_status_2(capsys, argv, message):
@@ -165,3 +168,22 @@ def test_module_entry_point_help_and_error():
         check=False,
     )
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
+
+
+def test_a_failing_command_leaves_nothing_behind(tmp_path, capsys):
+    """An unwritable --plot target (here under a regular file, which no user can write into)
+    is found before the .npz is written; simulate-all checks every target before it
+    simulates, so a clash with its last variant writes none of the others."""
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file, not a folder")
+    out = tmp_path / "a.npz"
+    plot = blocker / "sub" / "p.png"
+    code, _, err = run(capsys, "simulate", "--system", "ou", "--out", str(out), "--plot", str(plot))
+    assert code == 2 and "is not a writable folder" in err and not out.exists()
+    gallery = tmp_path / "gallery"
+    gallery.mkdir()
+    last = [f"{p.name}-{v.name}.png" for p in presets.PRESETS.values() for v in p.variants][-1]
+    (gallery / last).write_text("mine")
+    code, _, err = run(capsys, "simulate-all", "--out", str(gallery), "--paths", "2")
+    assert code == 2 and "exists; pass --force" in err
+    assert [f.name for f in gallery.iterdir()] == [last] and (gallery / last).read_text() == "mine"

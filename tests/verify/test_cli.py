@@ -103,3 +103,11 @@ def test_registry_rejects_bad_registrations():
         registry.check("x", title="", source="", kind="symbolic", tolerance=1e-9)
     with pytest.raises(ValueError, match="seed must be one of"):
         registry.seed(7, "1.1")
+
+
+def test_json_and_table_on_one_file_are_refused_before_any_write(fake_checks, tmp_path, capsys):
+    """Both outputs on one path would write one and then fail on the other."""
+    same = tmp_path / "out.txt"
+    assert main(["--json", str(same), "--table", str(same)]) == 2
+    assert "name the same file" in capsys.readouterr().err
+    assert not same.exists()
