@@ -8,6 +8,7 @@ parameter of the scenario, the seed, method, dtype and package version). Files l
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import tempfile
@@ -25,13 +26,16 @@ def atomic_write(path: str | os.PathLike, write: Callable, *, overwrite: bool = 
 
     Readers never see a partial file. Without `overwrite`, an existing `path` is left untouched
     and `FileExistsError` is raised (the final link refuses to replace a file that appeared
-    meanwhile).
+    meanwhile). The temporary file ``.NAME.PID.*.tmp`` names its writer's process; one left by
+    a writer that died (``kill -9``) is removed by the next write to the same target.
     """
     path = Path(path)
     if not overwrite and path.exists():
         raise FileExistsError(f"{path} exists; pass overwrite=True (CLI: --force) to replace it")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    _remove_orphans(path)
+    prefix = f".{path.name}.{os.getpid()}."
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=".tmp")
     try:
         # mkstemp creates the file private (0600); give it the permissions a plain open() would.
         umask = os.umask(0)
@@ -54,6 +58,24 @@ def atomic_write(path: str | os.PathLike, write: Callable, *, overwrite: bool = 
         if os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+def _remove_orphans(path: Path) -> None:
+    """Delete ``.NAME.PID.*.tmp`` files beside `path` whose writer process no longer runs."""
+    for tmp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        pid = tmp.name[len(path.name) + 2 :].split(".", 1)[0]
+        if pid.isdigit() and not _process_alive(int(pid)):
+            tmp.unlink(missing_ok=True)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):  # it exists (another user's), or we cannot tell
+        return True
+    return True
 
 
 def save(simulation: Simulation, path: str | os.PathLike, *, overwrite: bool = False) -> Path:

@@ -113,3 +113,36 @@ def test_non_increasing_times_and_a_non_npz_file_are_refused(tmp_path, sim):
     with pytest.raises(ValueError, match="not a readable .npz file"):
         io.load(garbage)
     assert io.load(_corrupted(tmp_path, sim, "fine")).meta == sim.meta
+
+
+def test_kill_9_during_a_write_leaves_the_target_and_the_next_write_removes_the_orphan(tmp_path):
+    """A writer killed mid-write leaves the target as it was (absent here) and its temporary
+    file; the next write to that target removes the orphan (its writer process is gone) and
+    keeps a live writer's temporary file."""
+    import subprocess
+    import sys
+    import time
+
+    target = tmp_path / "big.npz"
+    script = (
+        "import time, sys\n"
+        "from sde_sim import io\n"
+        "def slow(fh):\n"
+        "    fh.write(b'x' * 1000); fh.flush(); time.sleep(60)\n"
+        f"io.atomic_write({str(target)!r}, slow)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        deadline = time.monotonic() + 30
+        while not list(tmp_path.glob(".big.npz.*.tmp")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        child.kill()
+        child.wait()
+    orphans = list(tmp_path.glob(".big.npz.*.tmp"))
+    assert len(orphans) == 1 and not target.exists()
+    live = tmp_path / f".big.npz.{os.getpid()}.concurrent.tmp"
+    live.write_bytes(b"another writer in this process")
+    io.atomic_write(target, lambda fh: fh.write(b"complete"))
+    assert target.read_bytes() == b"complete"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, target.name])
