@@ -90,3 +90,17 @@ def times(t, B: int, T: int) -> np.ndarray:
     if T > 1 and np.any(np.diff(t, axis=1) <= 0):
         raise ValueError("t must be strictly increasing along each sequence")
     return t
+
+
+def state_times(t: np.ndarray, delay: float) -> np.ndarray:
+    """``t + delay``, the times of the states the measurements read, checked: a delay so large
+    that adding it rounds distinct stamps together (``1e300``), or overflows, is refused."""
+    times = t + delay
+    if not np.all(np.isfinite(times)):
+        raise ValueError(f"t + measurement.delay overflows (delay {delay:g})")
+    if times.shape[-1] > 1 and np.any(np.diff(times, axis=-1) <= 0):
+        raise ValueError(
+            f"t + measurement.delay is not strictly increasing: the delay {delay:g} rounds "
+            "distinct time stamps together"
+        )
+    return times

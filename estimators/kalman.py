@@ -109,7 +109,7 @@ def _prepare(sde, measurement, z, t, mask) -> _Batch:
     B, T, _ = z.shape
     t = batch_input.times(t, B, T)
     shared_times = t.strides[0] == 0
-    times = t + measurement.delay
+    times = batch_input.state_times(t, measurement.delay)
 
     # Groups share covariances: same time grid and same missing pattern.
     if shared_times:

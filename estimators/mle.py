@@ -413,7 +413,8 @@ def _prepare(z, t, mask, d: int, *, delay: float = 0.0) -> _Batch:
     t = batch_input.times(t, B, T)
     if np.all(t == t[:1]):
         t = t[:1]  # shared times: one set of lags
-    return _Batch(data.zero_filled(), data.observed, t + delay, data.squeeze)
+    times = batch_input.state_times(t, delay)
+    return _Batch(data.zero_filled(), data.observed, times, data.squeeze)
 
 
 def _lags(times: np.ndarray) -> np.ndarray:
@@ -460,11 +461,21 @@ def _general_kernels(sde: LinearSDE, measurement: LinearMeasurement, lags: np.nd
     # V(dt) = V_F(|dt|) for dt <= 0, V_B(dt) for dt > 0 (dle's convention), each side once.
     if np.any(causal):
         V[causal] = dle.forward_covariance(A, Q, -lags[causal])
-    if np.any(~causal):
-        V[~causal] = dle.backward_covariance(A, Q, lags[~causal])
-    Phi = meas.measurement_transition(A, C, lags)
-    VC = C @ V @ C.T + Phi @ R @ np.swapaxes(Phi, -1, -2)
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow handled below (`lost`)
+        if np.any(~causal):
+            V[~causal] = dle.backward_covariance(A, Q, lags[~causal])
+        Phi = meas.measurement_transition(A, C, lags)
+        VC = C @ V @ C.T + Phi @ R @ np.swapaxes(Phi, -1, -2)
     VC = 0.5 * (VC + np.swapaxes(VC, -1, -2))
+    # A measurement pulled back over a lag so long that e^{-A dt} overflows (a stable system,
+    # dt > 0: a long pause before a later measurement) carries no information: its precision
+    # P^C ~ e^{-2 a dt} and its weight P^C Phi_z ~ e^{-a dt} vanish. Give it exactly that,
+    # P^C = 0 and Phi_z = 0, instead of 0 x inf = NaN.
+    lost = ~(np.isfinite(Phi).all(axis=(-1, -2)) & np.isfinite(VC).all(axis=(-1, -2)))
+    lost &= lags > 0
+    if np.any(lost):
+        Phi = np.where(lost[:, None, None], 0.0, Phi)
+        VC = np.where(lost[:, None, None], np.eye(d), VC)  # placeholder; P is zeroed below
     try:
         L = np.linalg.cholesky(VC)
     except np.linalg.LinAlgError:
@@ -476,6 +487,7 @@ def _general_kernels(sde: LinearSDE, measurement: LinearMeasurement, lags: np.nd
         ) from None
     L_inv = np.linalg.inv(L)
     P = np.swapaxes(L_inv, -1, -2) @ L_inv
+    P[lost] = 0.0
     offset = np.zeros((lags.size, d))
     if np.any(measurement.b):
         offset += measurement.b - Phi @ measurement.b

@@ -455,7 +455,8 @@ def _prepare(z, t, mask, k: int, delay: float) -> _Batch:
     data = batch_input.measurements(z, mask, k)
     B, T, _ = data.z.shape
     t = batch_input.times(t, B, T)
-    return _Batch(data.zero_filled(), data.observed, np.ascontiguousarray(t + delay), data.squeeze)
+    times = np.ascontiguousarray(batch_input.state_times(t, delay))
+    return _Batch(data.zero_filled(), data.observed, times, data.squeeze)
 
 
 def _prior(d: int, prior: GaussianPrior | None):

@@ -41,8 +41,7 @@ def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, even: bool =
         raise ValueError(f"q, k, v must hold at least one time step, found T = {steps}")
     if batch < 1 or heads < 1:
         raise ValueError(
-            f"q, k, v must hold at least one sequence and one head, found B = {batch}, "
-            f"H = {heads}"
+            f"q, k, v must hold at least one sequence and one head, found B = {batch}, H = {heads}"
         )
     return batch, heads, steps, dim, v.shape[-1]
 

@@ -181,3 +181,19 @@ def test_prior_time_propagates_the_prior_to_the_first_measurement():
     assert at_zero.log_likelihood == pytest.approx(explicit.log_likelihood, rel=1e-13)
     with pytest.raises(ValueError, match="prior.time"):
         kalman_filter(sde, MEAS2, z, t, prior=GaussianPrior(m0, P0, time=1.0))
+
+
+def test_a_delay_that_rounds_the_times_together_is_refused_by_every_estimator():
+    """``delay = 1e300``: ``t + delay`` makes every stamp equal; the estimators once returned
+    finite results for it. Each refuses it, naming the delay; a modest delay still runs."""
+    from estimators.irls import irls
+    from estimators.mle import batch_mle
+    from estimators.recurrent import recurrent_filter
+
+    z, t = np.zeros((5, 2)), np.arange(5.0)
+    far = LinearMeasurement(np.eye(2), 0.2 * np.eye(2), delay=1e300)
+    for estimate in (kalman_filter, batch_mle, recurrent_filter, irls):
+        with pytest.raises(ValueError, match="delay 1e\\+300 rounds distinct time stamps"):
+            estimate(SDE2, far, z, t)
+    near = LinearMeasurement(np.eye(2), 0.2 * np.eye(2), delay=0.05)
+    assert np.all(np.isfinite(kalman_filter(SDE2, near, z, t).means))

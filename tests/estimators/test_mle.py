@@ -340,3 +340,24 @@ def test_bad_input_names_the_argument():
         )
     A = real_from_eigen(np.array([-0.1 - 1j, -0.1 + 1j]), S)
     assert np.isfinite(batch_mle(LinearSDE(A, np.eye(2)), meas, z, t).outputs).all()
+
+
+def test_a_long_pause_gives_no_nan_and_no_information_backwards():
+    """ou, one gap of 1e6 time units (a long pause in a recording): e^{-A dt} overflows for
+    the later measurements pulled back across it. Their precision is 0 in the limit, so the
+    non-causal MLE of the targets before the pause equals the MLE on those measurements
+    alone; nothing is NaN and nothing warns."""
+    import warnings
+
+    from sde_sim import presets
+
+    scenario = presets.get("ou").scenario()
+    z = np.random.default_rng(0).normal(size=(1, 18, 4))
+    t = np.arange(18.0)
+    t[9:] += 1e6
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        both = batch_mle(scenario.system, scenario.measurement, z, t, causal=False)
+    before = batch_mle(scenario.system, scenario.measurement, z[:, :9], t[:9], causal=False)
+    assert np.all(np.isfinite(both.outputs))
+    assert np.max(np.abs(both.outputs[:, :9] - before.outputs)) < 1e-10
