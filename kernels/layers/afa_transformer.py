@@ -41,6 +41,7 @@ from torch import nn
 from kernels._validation import check_heads, check_input
 from kernels.functional import complex_pairs
 from kernels.functional.afa import isotropic_afa
+from kernels.layers.causal import finite_causal
 from kernels.layers.complex_linear import ComplexLinear, lift
 from kernels.layers.heads import merge_complex_heads, split_complex_heads
 from kernels.layers.parameters import inverse_softplus, seeded_linear
@@ -242,6 +243,7 @@ class AFATransformerBlock(nn.Module):
         weights = AFABlockWeights(magnitude.weights, direction.weights) if need_weights else None
         return magnitude.output * u_new, weights
 
+    @finite_causal
     def forward(self, x: torch.Tensor, t=None, *, need_weights: bool = False):
         """``x (B, T, E)``, ``t`` None or (T,) / (B, T) stamps -> ``(out (B, T, E), weights)``.
 

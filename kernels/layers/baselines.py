@@ -19,6 +19,7 @@ from kernels import _validation
 from kernels.functional import baselines
 from kernels.functional import positional as posenc
 from kernels.layers import heads as heads_mod
+from kernels.layers.causal import finite_causal
 from kernels.layers.parameters import seeded_linear
 
 POSITIONAL = ("sinusoidal", "learned", None)
@@ -114,6 +115,7 @@ class RotaryAttention(_ProjectedAttention):
         freq = posenc.rope_frequencies(self.head_dim // 2, base=base, dtype=torch.float64)
         self.register_buffer("frequencies", freq.to(device=device, dtype=dtype or freq.dtype))
 
+    @finite_causal
     def forward(self, x: torch.Tensor, t=None, *, need_weights: bool = False):
         """``x (B, T, E)``, ``t (T,) or (B, T)`` -> ``(out (B, T, E), weights (B, H, T, T))``."""
         q, k, v = self._project(x)
@@ -160,6 +162,7 @@ class ALiBiAttention(_ProjectedAttention):
         slopes = posenc.alibi_slopes(num_heads, dtype=torch.float64)
         self.register_buffer("slopes", slopes.to(device=device, dtype=dtype or slopes.dtype))
 
+    @finite_causal
     def forward(self, x: torch.Tensor, t=None, *, need_weights: bool = False):
         """``x (B, T, E)``, ``t (T,) or (B, T)`` -> ``(out (B, T, E), weights (B, H, T, T))``."""
         q, k, v = self._project(x)
@@ -237,6 +240,7 @@ class DecayedRotaryAttention(_ProjectedAttention):
         self.register_buffer("frequencies", freq.to(**factory))
         self.register_buffer("decay", mu.to(**factory))
 
+    @finite_causal
     def forward(self, x: torch.Tensor, t=None, *, need_weights: bool = False):
         """``x (B, T, E)``, ``t (T,) or (B, T)`` -> ``(out (B, T, E), weights (B, H, T, T))``."""
         q, k, v = self._project(x)
@@ -321,6 +325,7 @@ class SoftmaxAttention(_ProjectedAttention):
         upper = self.position_table[below.long() + 1]
         return lower + frac * (upper - lower)
 
+    @finite_causal
     def forward(self, x: torch.Tensor, t=None, *, need_weights: bool = False):
         """``x (B, T, E)``, ``t (T,) or (B, T)`` -> ``(out (B, T, E), weights (B, H, T, T))``."""
         batch, steps = _validation.check_input(x, self.embed_dim)

@@ -43,6 +43,7 @@ from torch.nn import functional as F
 from kernels import _validation
 from kernels.functional import baselines, positional, rfa
 from kernels.layers import heads as heads_mod
+from kernels.layers.causal import finite_causal
 from kernels.layers.parameters import inverse_softplus
 
 # Initial steady-state process variance, measurement and anchor variances (seed 004 D.2 and
@@ -339,6 +340,7 @@ class RobustFilterAttention(nn.Module):
 
     # ---- forward -----------------------------------------------------------------------------
 
+    @finite_causal
     def forward(self, x: torch.Tensor, t=None, *, need_weights: bool = False):
         """``x (B, T, E)``, ``t (T,)/(B, T)`` -> ``(out (B, T, E), weights (B, H, T, T) or None)``.
 

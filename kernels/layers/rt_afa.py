@@ -41,6 +41,7 @@ from torch import nn
 from kernels._validation import check_heads, check_input
 from kernels.functional import afa, complex_pairs
 from kernels.functional.rt_afa import rt_afa
+from kernels.layers.causal import finite_causal
 from kernels.layers.complex_linear import ComplexLinear, lift
 from kernels.layers.heads import merge_complex_heads, split_complex_heads
 from kernels.layers.parameters import inverse_softplus
@@ -209,6 +210,7 @@ class RTAdaptiveFilterAttention(nn.Module):
         }
 
     # ------------------------------------------------------------------ forward
+    @finite_causal
     def forward(self, x: torch.Tensor, t=None, *, need_weights: bool = False):
         """``x (B, T, E)``, ``t`` None or (T,) / (B, T) stamps -> ``(y (B, T, E), weights)``.
 

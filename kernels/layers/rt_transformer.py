@@ -45,6 +45,7 @@ from torch import nn
 from kernels._validation import check_heads, check_input
 from kernels.functional import complex_pairs
 from kernels.functional.rt_rfa import rt_rfa
+from kernels.layers.causal import finite_causal
 from kernels.layers.complex_linear import ComplexLinear
 from kernels.layers.heads import merge_complex_heads, split_complex_heads
 from kernels.layers.parameters import inverse_softplus
@@ -183,6 +184,7 @@ class RTRobustFilterAttention(nn.Module):
         """The positive per-head values ``softplus(raw)``, each (H,)."""
         return {name: nn.functional.softplus(getattr(self, f"raw_{name}")) for name in self._names}
 
+    @finite_causal
     def forward(
         self, x: torch.Tensor, t=None, *, need_weights: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -86,6 +86,7 @@ from kernels.functional import complex_pairs
 from kernels.functional.lags import relaxation
 from kernels.functional.unrolled_afa import METHODS, WEIGHTS, unrolled_afa
 from kernels.layers.afa import AdaptiveFilterAttention
+from kernels.layers.causal import finite_causal
 from kernels.layers.complex_linear import ComplexLinear, UnitaryLinear, lift
 from kernels.layers.heads import merge_complex_heads, split_complex_heads
 from kernels.layers.parameters import inverse_softplus
@@ -313,6 +314,7 @@ class UnrolledAdaptiveFilterAttention(nn.Module):
 
     # --- forward ------------------------------------------------------------------------------
 
+    @finite_causal
     def forward(self, x: torch.Tensor, t=None, *, need_weights: bool = False):
         """``x (B, T, E)``, optional time stamps ``t`` ((T,) or (B, T), strictly increasing;
         default ``0, 1, ..., T-1``; the clock is ``step * t``) -> ``(out (B, T, E), None)``."""

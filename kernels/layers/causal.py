@@ -1,0 +1,57 @@
+"""Causality in IEEE arithmetic for attention layers: a non-finite input reaches no earlier output.
+
+A causal attention layer computes output ``i`` from inputs ``0..i``, but its masked product
+``sum_j w_ij v_j`` multiplies the masked-out future by an exact zero, and ``0 x NaN = NaN``:
+a NaN or inf at the last step would reach every earlier output. :func:`finite_causal`
+wraps a layer's ``forward(x, t, *, need_weights)``: when ``x (B, T, E)`` holds a non-finite
+entry, the layer runs once on ``x`` with those entries set to 0 (the outputs before the first
+non-finite step of each sequence, which never read it) and once on ``x`` itself (the outputs
+from that step on, where the NaN belongs), and the rows are taken from each. Finite input (the
+usual case) costs one ``isfinite`` reduction. Non-causal layers (``causal=False``) are left as
+they are: there every output reads every step.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+
+def finite_causal(forward):
+    """Decorate ``forward(self, x, t=None, *, need_weights=False) -> (out, weights)``."""
+
+    @functools.wraps(forward)
+    def wrapped(self, x, *args, **kwargs):
+        if not (getattr(self, "causal", True) and isinstance(x, torch.Tensor) and x.ndim == 3):
+            return forward(self, x, *args, **kwargs)
+        finite = torch.isfinite(x).all(dim=-1)  # (B, T)
+        if bool(finite.all()):
+            return forward(self, x, *args, **kwargs)
+        steps = torch.arange(x.shape[1], device=x.device)
+        first = torch.where(finite, x.shape[1], steps).min(dim=1).values  # (B,)
+        reads_it = steps >= first[:, None]  # (B, T): rows that read a non-finite step
+        clean = forward(
+            self, torch.where(torch.isfinite(x), x, torch.zeros_like(x)), *args, **kwargs
+        )
+        dirty = forward(self, x, *args, **kwargs)
+        return tuple(_rows(reads_it, d, c) for d, c in zip(dirty, clean, strict=True))
+
+    return wrapped
+
+
+def _rows(reads_it: torch.Tensor, dirty, clean):
+    """Rows of `dirty` where `reads_it`, else of `clean`: outputs (B, T, ...) and weights
+    (B, H, T, T) (also inside a tuple of them); None stays None."""
+    if dirty is None:
+        return None
+    if isinstance(dirty, tuple):
+        rows = [_rows(reads_it, d, c) for d, c in zip(dirty, clean, strict=True)]
+        return type(dirty)(*rows) if hasattr(dirty, "_fields") else tuple(rows)
+    mask = reads_it.view(*reads_it.shape, *([1] * (dirty.ndim - 2)))  # (B, T, 1...)
+    if dirty.ndim == 4:  # weights (B, H, T, T): the query rows are axis 2
+        mask = reads_it[:, None, :, None]
+    return torch.where(mask, dirty, clean)
+
+
+__all__ = ["finite_causal"]
