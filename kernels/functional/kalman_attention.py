@@ -9,8 +9,9 @@ replaced by a few whole-sequence operations. Per head, with steps ``h_i = t_i - 
 
 1. Variance (the Riccati recursion ``v_i = (s_i v_{i-1} + q_i) r / (s_i v_{i-1} + q_i + r)``) is
    a Moebius map of ``v_{i-1}`` with matrix ``M_i = [[s_i r, q_i r], [s_i, q_i + r]]``; the
-   prefix products ``M_i ... M_1`` come from a Hillis-Steele scan (``ceil(log2 T)`` batched
-   ``2 x 2`` products, each rescaled by its entry sum: a Moebius map does not see a scale).
+   prefix products ``M_i ... M_1`` come from KLA's scan of Moebius maps
+   (`kernels.functional.kla.prefix_scan` with `mobius_combine`: odd-even, ``O(T)`` work, each
+   product divided by its trace, which a Moebius map does not see).
 2. Gains ``g_i = v_i^- / (v_i^- + r)`` with ``v_i^- = s_i v_{i-1} + q_i``; the mean recursion
    ``x_i = (1 - g_i) e^{-a h_i} e^{i omega h_i} x_{i-1} + g_i z_i`` unrolls to
 
@@ -35,7 +36,8 @@ import math
 import torch
 
 from kernels.functional import complex_pairs
-from kernels.functional.lags import relaxation
+from kernels.functional.kla import mobius_combine, prefix_scan
+from kernels.functional.lags import isotropic_variance, relaxation
 
 # Steps per chunk: the (C, C) decay matrix per sequence and head bounds the memory.
 CHUNK = 256
@@ -100,8 +102,7 @@ def _predict(x, v, h, decay, frequencies, process_var):
     ah = decay * h  # (B', H)
     angle = frequencies * h.unsqueeze(-1)  # (B', H, n)
     x = complex_pairs.rotate(x, torch.cos(angle), torch.sin(angle)) * torch.exp(-ah).unsqueeze(-1)
-    v = torch.exp(-2 * ah) * v + process_var * h * relaxation(2 * ah)
-    return x, v
+    return x, isotropic_variance(h, decay, process_var, v)
 
 
 def _chunk(values, times, decay, frequencies, process_var, r, scale, prior_mean, prior_variance):
@@ -119,12 +120,13 @@ def _chunk(values, times, decay, frequencies, process_var, r, scale, prior_mean,
     else:
         pred_v0 = prior_variance
         v0 = pred_v0 * r / (pred_v0 + r)
-    maps = torch.stack(
-        (torch.stack((s * r_, q * r_), -1), torch.stack((s, q + r_), -1)), -2
-    )  # (B', H, C-1, 2, 2)
-    maps = _prefix_products(maps)
+    # the entries of M_i, each (B', C-1, H): prefix_scan runs along axis 1
+    entries = tuple(x.transpose(1, 2) for x in (s * r_, q * r_, s, q + r_))
+    alpha, beta, gamma, delta = (
+        x.transpose(1, 2) for x in prefix_scan(mobius_combine, entries, algorithm="hillis-steele")
+    )
     v0_ = v0.unsqueeze(-1)
-    later = (maps[..., 0, 0] * v0_ + maps[..., 0, 1]) / (maps[..., 1, 0] * v0_ + maps[..., 1, 1])
+    later = (alpha * v0_ + beta) / (gamma * v0_ + delta)
     variance = torch.cat((v0_, later), dim=-1)  # (B', H, C)
     pred_variance = torch.cat((pred_v0.unsqueeze(-1), s * variance[..., :-1] + q), dim=-1)
 
@@ -174,19 +176,6 @@ def _causal_sum(weights: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
         return weights @ inputs
     stacked = inputs.permute(1, 2, 0, 3).reshape(heads, steps, batch * dim)
     return (weights[0] @ stacked).view(heads, steps, batch, dim).permute(2, 0, 1, 3)
-
-
-def _prefix_products(maps: torch.Tensor) -> torch.Tensor:
-    """Inclusive prefix products ``M_i ... M_1`` along axis -3 of ``(..., L, 2, 2)`` maps,
-    each rescaled by its entry sum (the entries are >= 0 and the sum > 0)."""
-    length = maps.shape[-3]
-    offset = 1
-    while offset < length:
-        combined = maps[..., offset:, :, :] @ maps[..., :-offset, :, :]
-        maps = torch.cat((maps[..., :offset, :, :], combined), dim=-3)
-        maps = maps / maps.sum(dim=(-1, -2), keepdim=True)
-        offset *= 2
-    return maps
 
 
 __all__ = ["CHUNK", "kalman_attention"]

@@ -55,7 +55,7 @@ time loop is a Python loop over ``T`` (inherent to the robust recurrent form); t
 transition factors are computed for all steps at once before it, and each step is a few
 elementwise operations on ``(B, H, D)`` tensors. At ``nu = inf`` the loop is replaced by chunked
 causal attention (`kernels.functional.kalman_attention`; ``method="loop"`` keeps the loop):
-``O(T C D)`` time for chunks of ``C = 256`` steps, 4-6 x faster to train at ``T ~ 100``
+``O(T C D)`` time for chunks of ``C = 256`` steps, 2-4 x faster to train at ``T ~ 100``
 (`benchmarks/bench_unrolled_afa.py`). Causal by construction: step ``i`` reads ``z_0..z_i`` only.
 Numerics: only per-step factors ``e^{-a h} <= 1`` appear (never ``e^{a t}``); the carried
 variance satisfies ``0 <= v_i <= min(v_i^-, eta^2 / w)``; the weight is one power
