@@ -61,9 +61,9 @@ from typing import NamedTuple
 import torch
 
 from kernels._validation import check_qkv, check_times
+from kernels.backend import use_triton
 from kernels.functional import complex_pairs
 from kernels.functional.lags import lags, relaxation
-from kernels.triton import use_triton
 
 PRECISIONS = ("exact", "separable")
 
@@ -695,7 +695,7 @@ def isotropic_afa(
     block_size : queries per block, or None for all at once.
     backend : ``"auto"`` (the fused kernel `kernels.triton.filtering_attention` for CUDA inputs
         when it supports the options, else torch), ``"torch"`` or ``"triton"`` (unsupported
-        options raise ValueError; see `kernels.triton.use_triton`).
+        options raise ValueError; see `kernels.backend.use_triton`).
 
     Returns
     -------

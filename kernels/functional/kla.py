@@ -48,8 +48,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from kernels.backend import use_triton
 from kernels.functional.lags import relaxation
-from kernels.triton import use_triton
 
 SCAN_METHODS = ("parallel", "hillis-steele", "sequential")
 P_CONVENTIONS = ("paper", "code")

@@ -75,8 +75,8 @@ from typing import NamedTuple
 import torch
 
 from kernels import _validation
+from kernels.backend import use_triton
 from kernels.functional import baselines, complex_pairs, lags, positional
-from kernels.triton import use_triton
 
 WEIGHT_KERNELS = ("student-t", "exponential")
 # Default query rows per block: about 2^18 elements per (B, H, rows, <= T) temporary (1 MB in
@@ -345,7 +345,7 @@ def rfa_attention(
         default about ``2^18 / (B H T)`` rows, within [16, 256].
     backend : ``"auto"`` (the fused kernel `kernels.triton.filtering_attention` for CUDA inputs
         when it supports the options, else torch), ``"torch"`` or ``"triton"`` (unsupported
-        options raise ValueError; see `kernels.triton.use_triton`).
+        options raise ValueError; see `kernels.backend.use_triton`).
 
     Returns
     -------

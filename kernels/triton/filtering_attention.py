@@ -46,7 +46,7 @@ the user's parameters by torch ops, so autograd carries their gradients on to ``
 ``process_var``, ``measurement_var``, ``anchor_var``, ``nu``, ``temperature`` and (through the
 rotations) ``frequencies``.
 
-Supported (everything else stays with torch, see `kernels.triton.use_triton`): AFA with one set
+Supported (everything else stays with torch, see `kernels.backend.use_triton`): AFA with one set
 of dynamics for queries, keys and values (no ``value_*`` dynamics, no drift biases), with or
 without frequencies, ``normalized_qk`` either way; RFA with its default ablation switches
 (Student-t kernel, precision prior and gate, rotated queries, keys and values, not the unitary
@@ -68,8 +68,8 @@ import triton
 import triton.language as tl
 
 from kernels import _validation
+from kernels.backend import KERNEL_DTYPES
 from kernels.functional import afa, positional, rfa
-from kernels.triton import KERNEL_DTYPES
 
 AFA, RFA = 0, 1  # lag conventions: signed (seed 000 A.3) and symmetric (seed 004 eq. 9)
 PENALTY_NONE, PENALTY_LOG, PENALTY_LINEAR = 0, 1, 2

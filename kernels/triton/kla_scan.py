@@ -57,8 +57,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.backend import use_triton
 from kernels.functional.kla import KLAScanResult, KLAState, _prepare
-from kernels.triton import use_triton
 
 CHUNK = 64  # tokens per tile: 2 log2(64) = 12 scan levels at most per chunk (not tuned)
 BLOCK_C = 16  # channels per program: small, so B * C / BLOCK_C programs fill a GPU (not tuned)
