@@ -1,8 +1,14 @@
-"""Validation of batched measurement input shared by the estimators.
+"""Batched measurement input shared by every estimator: validation and batch preparation.
 
 Every estimator takes measurements ``z`` as ``(B, T, k)`` or ``(T, k)``, a missing-value mask
 (``True`` = observed) as ``(B, T)`` or ``(T,)``, and times ``t`` as ``(T,)`` (shared) or
-``(B, T)``. These helpers check them once, with errors that name the argument.
+``(B, T)``. `batch` checks them once, with errors that name the argument, and returns the
+prepared `Batch` (zero-filled measurements, the observed flags, the state times ``t + delay``);
+`measurements`, `times` and `state_times` are its parts.
+
+This module knows arrays, not models: the radial-tangential estimators use it as the linear
+ones do. What the estimators of a linear SDE share beyond their input (model checks, priors,
+step maps, the predict/update pair) is `estimators.linear_gaussian`.
 """
 
 from __future__ import annotations
@@ -12,6 +18,36 @@ from typing import NamedTuple
 import numpy as np
 
 from sde_sim import validation
+
+
+class Batch(NamedTuple):
+    """Prepared input of an estimator (batch axis first).
+
+    z : (B, T, k) measurements, zeros where missing.   observed : (B, T) bool.
+    times : (B, T) state times ``t + delay``, C-contiguous.
+    shared : True when ``t`` was given as (T,) (one time grid for every sequence).
+    squeeze : True when the input had no batch axis.
+    """
+
+    z: np.ndarray
+    observed: np.ndarray
+    times: np.ndarray
+    shared: bool
+    squeeze: bool
+
+
+def batch(z, t, mask, k: int, *, delay: float = 0.0) -> Batch:
+    """Check ``z`` (B, T, k) or (T, k), ``mask`` and ``t`` (T,) or (B, T); prepare them.
+
+    The state times are ``t + delay`` (`state_times`); ``delay = 0`` gives the measurement
+    times themselves.
+    """
+    data = measurements(z, mask, k)
+    B, T, _ = data.z.shape
+    t = times(t, B, T)
+    shared = t.strides[0] == 0
+    state = np.ascontiguousarray(state_times(t, delay))
+    return Batch(data.zero_filled(), data.observed, state, shared, data.squeeze)
 
 
 class Measurements(NamedTuple):

@@ -16,6 +16,11 @@ Prior: ``x(t_0) ~ N(mean, cov)`` at the first (delayed) measurement time, or a *
 (``cov=None``): then the first observed measurement determines the state alone, which needs
 ``C`` with full column rank and invertible ``R``, and it contributes no term to the
 log-likelihood (the usual diffuse log-likelihood).
+
+The predict/update pair, the diffuse start, the step classes and `GaussianPrior` are
+`estimators.linear_gaussian`'s (shared with `estimators.recurrent` and `estimators.fit`); this
+module owns the batching into covariance groups, the two filter paths and the smoother.
+`GaussianPrior` is public here, as ``estimators.kalman.GaussianPrior``.
 """
 
 from __future__ import annotations
@@ -23,24 +28,13 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from scipy.linalg import solve_triangular
 
 from estimators import batch_input
-from sde_sim import LinearMeasurement, LinearSDE, linear_transition, validation
+from estimators import linear_gaussian as lg
+from estimators.linear_gaussian import GaussianPrior, sym, transpose
+from sde_sim import LinearMeasurement, LinearSDE
 
 LOG_2PI = float(np.log(2.0 * np.pi))
-
-
-class GaussianPrior(NamedTuple):
-    """State prior ``x(time) ~ N(mean, cov)``; ``cov=None`` is diffuse.
-
-    ``time=None`` puts the prior at each sequence's first (delayed) measurement time; a time at
-    or before it is propagated there exactly (the usual "initial state at t = 0").
-    """
-
-    mean: np.ndarray | None = None
-    cov: np.ndarray | None = None
-    time: float | None = None
 
 
 class FilterResult(NamedTuple):
@@ -78,7 +72,7 @@ class SmootherResult(NamedTuple):
 
 
 class _Batch(NamedTuple):
-    z: np.ndarray  # (B, T, k) as given (finite wherever observed)
+    z: np.ndarray  # (B, T, k), zeros where missing
     observed: np.ndarray  # (B, T) bool
     times: np.ndarray  # (B, T) state times
     group: np.ndarray  # (B,) covariance group of each sequence
@@ -97,22 +91,13 @@ def _unique_rows(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _prepare(sde, measurement, z, t, mask) -> _Batch:
-    if not isinstance(sde, LinearSDE):
-        raise TypeError(f"sde must be a sde_sim.LinearSDE, got {type(sde).__name__}")
-    if not isinstance(measurement, LinearMeasurement):
-        raise TypeError(
-            f"measurement must be a sde_sim.LinearMeasurement, got {type(measurement).__name__}"
-        )
-    if measurement.dim != sde.dim:
-        raise ValueError(f"measurement.C has {measurement.dim} columns; the state has {sde.dim}")
-    z, observed, squeeze = batch_input.measurements(z, mask, measurement.out_dim)
-    B, T, _ = z.shape
-    t = batch_input.times(t, B, T)
-    shared_times = t.strides[0] == 0
-    times = batch_input.state_times(t, measurement.delay)
-
+    """The prepared batch (`batch_input.batch`) and its covariance groups."""
+    lg.check_model(sde, measurement)
+    data = batch_input.batch(z, t, mask, measurement.out_dim, delay=measurement.delay)
+    observed, times = data.observed, data.times
+    B = observed.shape[0]
     # Groups share covariances: same time grid and same missing pattern.
-    if shared_times:
+    if data.shared:
         grid_times = times[:1]
         if np.all(observed == observed[0]):
             group, group_observed = np.zeros(B, dtype=np.int64), observed[:1]
@@ -126,30 +111,8 @@ def _prepare(sde, measurement, z, t, mask) -> _Batch:
         grid_first, time_group = _unique_rows(times[first])
         grid_times = times[first][grid_first]
     return _Batch(
-        z,
-        observed,
-        np.ascontiguousarray(times),
-        group,
-        group_observed,
-        time_group,
-        grid_times,
-        squeeze,
+        data.z, observed, times, group, group_observed, time_group, grid_times, data.squeeze
     )
-
-
-# Differences of time stamps such as k * 0.1 vary in their last bits; steps equal to within
-# this relative gap (a few hundred ulps, far below any physical resolution) share a transition.
-_STEP_RTOL = 1e-13
-
-
-def _step_classes(steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct step sizes (clustered within `_STEP_RTOL`) and each step's class (same shape)."""
-    sizes = np.unique(steps)
-    if sizes.size > 1:
-        new = np.concatenate([[True], np.diff(sizes) > _STEP_RTOL * sizes[1:]])
-        sizes = sizes[new]
-    classes = np.clip(np.searchsorted(sizes, steps * (1 + _STEP_RTOL), side="right") - 1, 0, None)
-    return sizes, classes
 
 
 def _transitions(sde: LinearSDE, grid_times: np.ndarray, prior_time: float | None):
@@ -162,90 +125,21 @@ def _transitions(sde: LinearSDE, grid_times: np.ndarray, prior_time: float | Non
     if prior_time is None:
         start, steps = 1, np.diff(grid_times, axis=1)
     else:
-        if np.any(grid_times[:, 0] < prior_time):
-            raise ValueError(
-                f"prior.time ({prior_time:g}) must not be after the first state "
-                f"time ({grid_times[:, 0].min():g})"
-            )
+        lg.check_prior_time(prior_time, grid_times[:, 0])
         start, steps = 0, np.diff(grid_times, axis=1, prepend=prior_time)
     Phi = np.broadcast_to(np.eye(d), (Gt, T, d, d)).copy()
     offset = np.zeros((Gt, T, d))
     Qd = np.zeros((Gt, T, d, d))
     if steps.size:
-        sizes, classes = _step_classes(steps)
-        maps = linear_transition(sde, sizes)
+        maps, classes = lg.step_maps(sde, steps)
         Phi[:, start:], offset[:, start:] = maps.Phi[classes], maps.offset[classes]
         Qd[:, start:] = maps.Qd[classes]
     return Phi, offset, Qd
 
 
-def _prior(sde: LinearSDE, prior: GaussianPrior | None):
-    """(mean, cov, time) of a proper prior; (None, None, None) for a diffuse one."""
-    if prior is None or prior.cov is None:
-        return None, None, None
-    d = sde.dim
-    mean = np.zeros(d) if prior.mean is None else validation.vector("prior.mean", prior.mean, d)
-    cov = validation.covariance("prior.cov", prior.cov, d)
-    time = None if prior.time is None else validation.scalar("prior.time", prior.time)
-    return mean, cov, time
-
-
 # --------------------------------------------------------------------------------------------
 # Filter
 # --------------------------------------------------------------------------------------------
-
-
-def _sym(P: np.ndarray) -> np.ndarray:
-    return 0.5 * (P + np.swapaxes(P, -1, -2))
-
-
-def _T(M: np.ndarray) -> np.ndarray:
-    return np.swapaxes(M, -1, -2)
-
-
-def _update_covariance(P: np.ndarray, C: np.ndarray, R: np.ndarray):
-    """Measurement update of covariances P (n, d, d).
-
-    ``S = C P C^T + R = L L^T``, ``W = L^-1 C P``, ``K = P C^T S^-1 = W^T L^-1`` and
-    ``P+ = P - K S K^T = P - W^T W``: the subtracted term is a Gram matrix, so ``P+`` is
-    symmetric by construction and one Cholesky factor serves the gain, the whitening of the
-    innovations and ``log det S``. Returns ``(P+, K, L^-1, log det S)``.
-    """
-    CP = C @ P
-    S = _sym(CP @ C.T + R)
-    L = np.linalg.cholesky(S)
-    Linv = np.linalg.inv(L)
-    W = Linv @ CP
-    Wt = _T(W)
-    P_new = _sym(P - Wt @ W)
-    logdet = 2.0 * np.sum(np.log(np.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
-    return P_new, Wt @ Linv, Linv, logdet
-
-
-def _diffuse_covariance(measurement) -> np.ndarray:
-    """``(C^T R^-1 C)^-1``: the covariance after one measurement under a diffuse prior."""
-    C, R = measurement.C, measurement.R
-    d = C.shape[1]
-    rank = np.linalg.matrix_rank(C)
-    if rank < d:
-        raise ValueError(
-            f"a diffuse prior needs C with full column rank {d}, got rank {rank}: "
-            "give a proper prior instead"
-        )
-    try:
-        L = np.linalg.cholesky(R)
-    except np.linalg.LinAlgError:
-        raise ValueError(
-            "a diffuse prior needs an invertible R (the first measurement alone "
-            "fixes the state): give a proper prior instead"
-        ) from None
-    W = solve_triangular(L, C, lower=True)  # R^-1/2 C
-    return _sym(np.linalg.inv(W.T @ W))
-
-
-def _diffuse_mean(measurement, z0: np.ndarray, P0: np.ndarray) -> np.ndarray:
-    """``m_0 = P0 C^T R^-1 (z_0 - b)`` for z0 (B, k): the diffuse start's mean."""
-    return (z0 - measurement.b) @ np.linalg.solve(measurement.R, measurement.C @ P0)
 
 
 def kalman_filter(
@@ -260,9 +154,10 @@ def kalman_filter(
     """Kalman filter with exact discretisation and the innovations log-likelihood.
 
     Predict ``m- = e^{Ah} m + int_0^h e^{As} ds u``, ``P- = e^{Ah} P e^{A^T h} + Q_d(h)``; update
-    ``S = C P- C^T + R``, ``K = P- C^T S^-1``, ``m = m- + K (z - C m- - b)``, ``P = (I - K C) P-
-    (I - K C)^T + K R K^T`` (Joseph form); ``log p(z_k | z_<k) = -1/2 (e^T S^-1 e + log det S +
-    k log 2 pi)`` with ``e = z - C m- - b``.
+    ``S = C P- C^T + R = L L^T``, ``K = P- C^T S^-1``, ``m = m- + K (z - C m- - b)``,
+    ``P = P- - K S K^T`` (a Gram form, symmetric by construction; the pair is
+    `estimators.linear_gaussian.predict_cov` / `update`); ``log p(z_k | z_<k) = -1/2 (e^T S^-1 e
+    + log det S + k log 2 pi)`` with ``e = z - C m- - b``.
 
     When all sequences share the time grid and the missing pattern, the covariances and gains
     (which do not depend on the data) are computed once, stopping at the steady state, and
@@ -284,12 +179,9 @@ def kalman_filter(
     ``log_likelihood`` and ``times`` is dropped.
     """
     batch = _prepare(sde, measurement, z, t, mask)
-    prior_mean, prior_cov, prior_time = _prior(sde, prior)
-    if prior_cov is None and not np.all(batch.observed[:, 0]):
-        raise ValueError(
-            "a diffuse prior needs the first measurement of every sequence "
-            "observed (mask[:, 0] all True): give a proper prior instead"
-        )
+    prior_mean, prior_cov, prior_time = lg.prior_moments(prior, sde.dim)
+    if prior_cov is None:
+        lg.require_first_observed(batch.observed[:, 0])
     Phi, offset, Qd = _transitions(sde, batch.grid_times, prior_time)
     G, T = batch.group_observed.shape
     if G == 1:
@@ -338,7 +230,7 @@ def _fixed_from(times: np.ndarray, observed: np.ndarray) -> int:
     T = times.size
     changes = observed != observed[-1]
     if T > 2:
-        classes = _step_classes(np.diff(times))[1]
+        classes = lg.step_classes(np.diff(times))[1]
         changes[1:-1] |= classes[:-1] != classes[-1]
     changed = np.flatnonzero(changes)
     return int(changed[-1]) + 1 if changed.size else 1
@@ -365,12 +257,12 @@ def _shared_covariances(measurement, batch: _Batch, Phi, Qd, prior_cov) -> _Gain
     for step in range(T):
         if P is None:  # diffuse prior: the first measurement alone fixes the state
             pred_covs[0] = np.nan
-            P = covs[0] = _diffuse_covariance(measurement)
+            P = covs[0] = lg.diffuse_covariance(measurement)
             continue
         F = Phi[step]  # at step 0 this carries a proper prior to the first state time
-        P = pred_covs[step] = _sym(F @ P @ F.T + Qd[step])
+        P = pred_covs[step] = lg.predict_cov(P, F, Qd[step])
         if observed[step]:
-            P, gains[step], whiten[step], logdet[step] = _update_covariance(P, C, R)
+            P, gains[step], whiten[step], logdet[step] = lg.update(P, C, R)
         covs[step] = P
         if (
             step > fixed_from
@@ -397,9 +289,9 @@ def _shared_means(measurement, batch: _Batch, Phi, offset, g: _Gains, prior_mean
     B, T, k = z.shape
     d = C.shape[1]
     observed = batch.group_observed[0]
-    PhiT = _T(Phi)
+    PhiT = transpose(Phi)
     forward = np.concatenate([PhiT, PhiT @ C.T], axis=2)  # (T, d, d + k)
-    update = np.concatenate([_T(g.gains), _T(g.whiten)], axis=2)  # (T, k, d + k)
+    update = np.concatenate([transpose(g.gains), transpose(g.whiten)], axis=2)  # (T, k, d + k)
     drift = bool(np.any(offset))
     z_shift = bias + offset @ C.T  # (T, k): b + c C^T
     shift = bool(np.any(z_shift))
@@ -411,7 +303,7 @@ def _shared_means(measurement, batch: _Batch, Phi, offset, g: _Gains, prior_mean
     for step in range(T):
         if step == 0 and diffuse:
             pred[0] = np.nan
-            means[0] = _diffuse_mean(measurement, z[:, 0], g.covs[0])
+            means[0] = lg.diffuse_mean(measurement, z[:, 0], g.covs[0])
             continue
         if step == 0:
             np.matmul(np.broadcast_to(prior_mean, (B, d)), forward[0], out=ahead)
@@ -451,8 +343,8 @@ def _grouped_filter(measurement, batch: _Batch, Phi, offset, Qd, prior_mean, pri
     covs, pred_covs = np.empty((G, T, d, d)), np.empty((G, T, d, d))
     loglik = np.zeros(B)
     if prior_cov is None:
-        P = np.broadcast_to(_diffuse_covariance(measurement), (G, d, d)).copy()
-        m = _diffuse_mean(measurement, z[:, 0], P[0])
+        P = np.broadcast_to(lg.diffuse_covariance(measurement), (G, d, d)).copy()
+        m = lg.diffuse_mean(measurement, z[:, 0], P[0])
         pred[0], pred_covs[:, 0], means[0], covs[:, 0] = np.nan, np.nan, m, P
         first = 1
     else:
@@ -461,18 +353,16 @@ def _grouped_filter(measurement, batch: _Batch, Phi, offset, Qd, prior_mean, pri
         first = 0
     for step in range(first, T):
         if shared_grid:
-            F = Phi[0, step]
-            P = _sym(F @ P @ F.T + Qd[0, step])
-            m = m @ F.T + offset[0, step]
-        else:
-            F = Phi[batch.time_group, step]
-            P = _sym(F @ P @ _T(F) + Qd[batch.time_group, step])
-            m = np.einsum("bij,bj->bi", Phi[seq_grid, step], m) + offset[seq_grid, step]
+            P = lg.predict_cov(P, Phi[0, step], Qd[0, step])
+            m = lg.predict_mean(m, Phi[0, step], offset[0, step])
+        else:  # covariances per group, means per sequence
+            P = lg.predict_cov(P, Phi[batch.time_group, step], Qd[batch.time_group, step])
+            m = lg.predict_mean(m, Phi[seq_grid, step], offset[seq_grid, step])
         pred[step], pred_covs[:, step] = m, P
         upd = batch.group_observed[:, step]
         if np.any(upd):
             P = P.copy()
-            P[upd], K, Linv, logdet = _update_covariance(P[upd], C, R)
+            P[upd], K, Linv, logdet = lg.update(P[upd], C, R)
             rows = observed[:, step]
             slot = (np.cumsum(upd) - 1)[group[rows]]  # row of each sequence in K, Linv
             e = z[rows, step] - m[rows] @ C.T - bias
@@ -526,8 +416,10 @@ def rts_smoother(filtered: FilterResult) -> SmootherResult:
     T = m.shape[0]
     s_means, s_covs = m.copy(), covs.copy()
     if T > 1:
-        PFt = covs[:, :-1] @ _T(Phi[:, 1:])
-        J = _T(np.linalg.solve(pred_covs[:, 1:], _T(PFt)))  # (G, T-1, d, d); P- symmetric
+        PFt = covs[:, :-1] @ transpose(Phi[:, 1:])
+        J = transpose(
+            np.linalg.solve(pred_covs[:, 1:], transpose(PFt))
+        )  # (G, T-1, d, d); P- symmetric
         for step in range(T - 2, -1, -1):
             Jk = J[:, step]
             gap = s_means[step + 1] - mp[step + 1]
@@ -535,8 +427,8 @@ def rts_smoother(filtered: FilterResult) -> SmootherResult:
                 s_means[step] = m[step] + gap @ Jk[0].T
             else:
                 s_means[step] = m[step] + np.einsum("bij,bj->bi", Jk[group], gap)
-            s_covs[:, step] = _sym(
-                covs[:, step] + Jk @ (s_covs[:, step + 1] - pred_covs[:, step + 1]) @ _T(Jk)
+            s_covs[:, step] = sym(
+                covs[:, step] + Jk @ (s_covs[:, step + 1] - pred_covs[:, step + 1]) @ transpose(Jk)
             )
     out = np.moveaxis(s_means, 0, 1)
     return SmootherResult(out[0] if squeeze else out, s_covs, group)
