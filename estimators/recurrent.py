@@ -25,8 +25,13 @@ Update, inner iterations ``k = 0..K-1`` from ``x^(0) = x^-``:
 
     r^(k) = z - C x^(k) - b,   m^(k) = r^(k)^T R^-1 r^(k),   w^(k) = w(m^(k)),
     G = P^- C^T (w C P^- C^T + R)^-1,   x_* = x^- + w G (z - C x^- - b),
-    P^(k) = (I - w G C) P^- (I - w G C)^T + w G R G^T  [= ((P^-)^-1 + w C^T R^-1 C)^-1],
+    P^(k) = ((P^-)^-1 + w C^T R^-1 C)^-1,
     x^(k+1) = (1 - delta) x^(k) + delta x_*.
+
+Both steps are the linear-Gaussian core's pair (`estimators.linear_gaussian`): the prediction
+is `predict`, and the update is the Kalman `update` with the noise covariance ``R / w``
+(``w G`` is its gain, ``P^(k)`` its covariance, in its Gram form ``P^- - K S K^T``). With
+``w = 1`` it is the Kalman filter's own update.
 
 The weight scales the measurement's precision ``C^T R^-1 C`` only, never the prior's (B.2). Two
 weights (`estimators.closed_forms.robust_weights`): ``"student-t"``, ``w = (nu + k)/(nu + m)``,
@@ -104,9 +109,10 @@ import numpy as np
 from scipy.linalg import solve_triangular
 
 from estimators import batch_input
+from estimators import linear_gaussian as lg
 from estimators.closed_forms import dle
-from estimators.kalman import GaussianPrior
-from sde_sim import LinearMeasurement, LinearSDE, linear_transition, validation
+from estimators.linear_gaussian import GaussianPrior, sym
+from sde_sim import LinearMeasurement, LinearSDE, validation
 from sde_sim.models import covariance_from_eigen, real_from_eigen
 
 WEIGHTS = ("student-t", "rational")
@@ -249,17 +255,13 @@ def _batched_covariance(name: str, cov: np.ndarray) -> np.ndarray:
     gap = np.max(np.abs(cov - np.swapaxes(cov, -1, -2)), axis=(-2, -1), initial=0.0)
     if np.any(gap > 1e-12 * scale):
         raise ValueError(f"{name} must be symmetric; max |{name} - {name}^T| = {gap.max():.3g}")
-    sym = _sym(cov)
-    low = np.linalg.eigvalsh(sym)[..., 0] if cov.shape[-1] else np.zeros(cov.shape[:-2])
+    out = sym(cov)
+    low = np.linalg.eigvalsh(out)[..., 0] if cov.shape[-1] else np.zeros(cov.shape[:-2])
     if np.any(low < -validation.PSD_RTOL * scale):
         raise ValueError(
             f"{name} must be positive semidefinite; its smallest eigenvalue is {low.min():.6g}"
         )
-    return sym
-
-
-def _sym(P: np.ndarray) -> np.ndarray:
-    return 0.5 * (P + np.swapaxes(P, -1, -2))
+    return out
 
 
 def _scaled_change(delta: np.ndarray, variances: np.ndarray) -> np.ndarray:
@@ -277,18 +279,17 @@ def _scaled_change(delta: np.ndarray, variances: np.ndarray) -> np.ndarray:
 def _iterate(prior_mean, prior_cov, z, measurement, L_inv, opts: _Options, history: bool):
     """Inner iterations for n updates at once: prior (n, d), (n, d, d); z (n, k).
 
-    Inside the loop only the diagonal of the posterior covariance is formed (for the change
-    metric), ``diag(P^-) - w diag(G C P^-)``; the covariance of the final weights is then built
-    once in Joseph form.
+    Each iteration is the Kalman update (`estimators.linear_gaussian.update`) with ``R / w``:
+    the weight scales the measurement's precision only, ``P = ((P^-)^-1 + w C^T R^-1 C)^-1``
+    and ``K = w G``. Updates always start from the prediction; the iterate enters only the
+    weight (and the damping).
     """
     C, R, bias = measurement.C, measurement.R, measurement.b
     n, d = prior_mean.shape
     k = C.shape[0]
     innovation = z - prior_mean @ C.T - bias  # (n, k), fixed: updates start from the prediction
-    CP = C @ prior_cov  # (n, k, d) = (P^- C^T)^T
-    CPCt = CP @ C.T  # (n, k, k)
-    prior_var = np.diagonal(prior_cov, axis1=1, axis2=2)
     x = prior_mean.copy()
+    cov = np.empty((n, d, d))
     weight = np.ones(n)
     iterations = np.zeros(n, dtype=int)
     change = np.zeros(n)
@@ -297,32 +298,22 @@ def _iterate(prior_mean, prior_cov, z, measurement, L_inv, opts: _Options, histo
     for it in range(opts.n_iter):
         xa = x[active]
         if math.isinf(opts.nu):
-            w = np.ones(active.size)
+            w, noise = np.ones(active.size), R
         else:
             w = _weight(_mahalanobis(z[active] - xa @ C.T - bias, L_inv), k, opts)
-        Gt = np.linalg.solve(w[:, None, None] * CPCt[active] + R, CP[active])  # (a, k, d)
-        target = prior_mean[active] + w[:, None] * np.einsum("akd,ak->ad", Gt, innovation[active])
+            noise = R / w[:, None, None]
+        P, K, _, _ = lg.update(prior_cov[active], C, noise)
+        target = prior_mean[active] + np.einsum("adk,ak->ad", K, innovation[active])
         new = target if opts.damping == 1.0 else xa + opts.damping * (target - xa)
-        var = prior_var[active] - w[:, None] * np.einsum("akd,akd->ad", Gt, CP[active])
-        c = _scaled_change(np.abs(new - xa), var)
-        x[active], weight[active] = new, w
+        c = _scaled_change(np.abs(new - xa), np.diagonal(P, axis1=1, axis2=2))
+        x[active], cov[active], weight[active] = new, P, w
         iterations[active], change[active] = it + 1, c
         if history:
             changes[active, it] = c
         active = active[c > opts.tol]
         if active.size == 0:
             break
-    return x, _joseph(prior_cov, CP, CPCt, weight, measurement), weight, iterations, change, changes
-
-
-def _joseph(prior_cov, CP, CPCt, w, measurement):
-    """``(I - w G C) P^- (I - w G C)^T + w G R G^T``, ``G = P^- C^T (w C P^- C^T + R)^-1``."""
-    C, R = measurement.C, measurement.R
-    d = C.shape[1]
-    wv = w[:, None, None]
-    G = np.swapaxes(np.linalg.solve(wv * CPCt + R, CP), 1, 2)  # (n, d, k)
-    IKC = np.eye(d) - wv * (G @ C)
-    return _sym(IKC @ prior_cov @ np.swapaxes(IKC, 1, 2) + wv * (G @ R @ np.swapaxes(G, 1, 2)))
+    return x, cov, weight, iterations, change, changes
 
 
 def robust_update(
@@ -341,9 +332,10 @@ def robust_update(
 
     From ``x^(0) = prior_mean``: ``w^(k) = w(|z - C x^(k) - b|^2_{R^-1})``,
     ``x^(k+1) = (1 - delta) x^(k) + delta [x^- + w G (z - C x^- - b)]``,
-    ``G = P^- C^T (w C P^- C^T + R)^-1``; the covariance is ``((P^-)^-1 + w C^T R^-1 C)^-1`` (Joseph
-    form). Iterates until the change ``max_i |dx_i| / sqrt(P_ii) <= tol`` or ``n_iter`` updates.
-    The fixed point minimises `step_objective` (module docstring).
+    ``G = P^- C^T (w C P^- C^T + R)^-1``; the covariance is ``((P^-)^-1 + w C^T R^-1 C)^-1`` (the
+    Kalman update with ``R / w``, `estimators.linear_gaussian.update`). Iterates until the change
+    ``max_i |dx_i| / sqrt(P_ii) <= tol`` or ``n_iter`` updates. The fixed point minimises
+    `step_objective` (module docstring).
 
     Parameters
     ----------
@@ -361,10 +353,7 @@ def robust_update(
     UpdateResult; with 1-D ``prior_mean`` and ``z`` the batch axis is dropped.
     """
     opts = _options(nu, weight, n_iter, tol, damping)
-    if not isinstance(measurement, LinearMeasurement):
-        raise TypeError(
-            f"measurement must be a sde_sim.LinearMeasurement, got {type(measurement).__name__}"
-        )
+    lg.check_measurement(measurement)
     d, k = measurement.dim, measurement.out_dim
     mean = validation.real_array("prior_mean", prior_mean)
     squeeze = mean.ndim == 1
@@ -428,7 +417,7 @@ def step_objective(
     L = _noise_factor(measurement, True, "for the objective (it uses R^-1)")
     gap = np.broadcast_to(x - mean, np.broadcast_shapes(x.shape, mean.shape))
     try:
-        Lp = np.linalg.cholesky(np.broadcast_to(_sym(cov), (*gap.shape[:-1], d, d)))
+        Lp = np.linalg.cholesky(np.broadcast_to(sym(cov), (*gap.shape[:-1], d, d)))
     except np.linalg.LinAlgError:
         raise ValueError("prior_cov must be positive definite for the objective") from None
     white = np.linalg.solve(Lp, gap[..., None])[..., 0]
@@ -444,76 +433,20 @@ def step_objective(
 # --------------------------------------------------------------------------------------------
 
 
-class _Batch(NamedTuple):
-    z: np.ndarray  # (B, T, k), zeros where missing
-    observed: np.ndarray  # (B, T) bool
-    times: np.ndarray  # (B, T) state times
-    squeeze: bool
-
-
-def _prepare(z, t, mask, k: int, delay: float) -> _Batch:
-    data = batch_input.measurements(z, mask, k)
-    B, T, _ = data.z.shape
-    t = batch_input.times(t, B, T)
-    times = np.ascontiguousarray(batch_input.state_times(t, delay))
-    return _Batch(data.zero_filled(), data.observed, times, data.squeeze)
-
-
-def _prior(d: int, prior: GaussianPrior | None):
-    if prior is not None and not isinstance(prior, GaussianPrior):
-        raise TypeError(
-            f"prior must be an estimators.kalman.GaussianPrior or None, got {type(prior).__name__}"
-        )
-    if prior is None or prior.cov is None:
-        return None, None, None
-    mean = np.zeros(d) if prior.mean is None else validation.vector("prior.mean", prior.mean, d)
-    time = None if prior.time is None else validation.scalar("prior.time", prior.time)
-    return mean, validation.covariance("prior.cov", prior.cov, d), time
-
-
-def _prior_at_first_state(sde: LinearSDE, x, P, prior_time, first_times):
-    """The prior ``(B, d), (B, d, d)`` given at `prior_time` predicted to each sequence's first
-    state time (B,), as the Kalman filter does (`estimators.kalman`)."""
-    if prior_time is None:
-        return x, P
-    if np.any(first_times < prior_time):
-        raise ValueError(
-            f"prior.time ({prior_time:g}) must not be after the first state time "
-            f"({first_times.min():g})"
-        )
-    sizes, index = np.unique(first_times - prior_time, return_inverse=True)
-    maps = linear_transition(sde, sizes)
-    F = maps.Phi[index]
-    x = np.einsum("bij,bj->bi", F, x) + maps.offset[index]
-    return x, _sym(F @ P @ np.swapaxes(F, 1, 2) + maps.Qd[index])
-
-
-def _robust_diffuse_start(z0, observed0, measurement: LinearMeasurement, L_inv, opts: _Options):
-    """First measurement alone: least squares ``x0``, ``P0 = (C^T R^-1 C)^-1 / w(m(x0))``.
+def _robust_diffuse_start(z0, measurement: LinearMeasurement, L_inv, opts: _Options):
+    """First measurement alone: the diffuse start ``x0``, ``P0 = (C^T R^-1 C)^-1 / w(m(x0))``.
 
     The objective has no prior term, ``rho`` is increasing, so its minimiser is the least-squares
-    estimate for any weight; the weight at that residual scales the precision (A.4's E-step).
+    estimate (`estimators.linear_gaussian.diffuse_mean`) for any weight; the weight at that
+    residual scales the precision (A.4's E-step).
     """
-    C, d = measurement.C, measurement.dim
-    if not np.all(observed0):
-        raise ValueError(
-            "a diffuse prior needs the first measurement of every sequence "
-            "observed (mask[:, 0] all True): give a proper prior instead"
-        )
-    rank = np.linalg.matrix_rank(C)
-    if rank < d:
-        raise ValueError(
-            f"a diffuse prior needs C with full column rank {d}, got rank {rank}: "
-            "give a proper prior instead"
-        )
-    W = L_inv @ C  # R^-1/2 C
-    info_inv = _sym(np.linalg.inv(W.T @ W))
-    gain = info_inv @ W.T @ L_inv  # (C^T R^-1 C)^-1 C^T R^-1
-    x0 = (z0 - measurement.b) @ gain.T
+    info_inv = lg.diffuse_covariance(measurement)
+    x0 = lg.diffuse_mean(measurement, z0, info_inv)
     if math.isinf(opts.nu):
         w = np.ones(z0.shape[0])
     else:
-        w = _weight(_mahalanobis(z0 - x0 @ C.T - measurement.b, L_inv), C.shape[0], opts)
+        residual = z0 - x0 @ measurement.C.T - measurement.b
+        w = _weight(_mahalanobis(residual, L_inv), measurement.out_dim, opts)
     return x0, info_inv[None] / w[:, None, None], w
 
 
@@ -561,48 +494,41 @@ def recurrent_filter(
     RecurrentResult; with (T, k) input the batch axis is dropped.
     """
     opts = _options(nu, weight, n_iter, tol, damping)
-    if not isinstance(sde, LinearSDE):
-        raise TypeError(f"sde must be a sde_sim.LinearSDE, got {type(sde).__name__}")
-    if not isinstance(measurement, LinearMeasurement):
-        raise TypeError(
-            f"measurement must be a sde_sim.LinearMeasurement, got {type(measurement).__name__}"
-        )
-    if measurement.dim != sde.dim:
-        raise ValueError(f"measurement.C has {measurement.dim} columns; the state has {sde.dim}")
+    lg.check_model(sde, measurement)
     d, k = sde.dim, measurement.out_dim
-    batch = _prepare(z, t, mask, k, measurement.delay)
-    prior_mean, prior_cov, prior_time = _prior(d, prior)
+    batch = batch_input.batch(z, t, mask, k, delay=measurement.delay)
+    prior_mean, prior_cov, prior_time = lg.prior_moments(prior, d)
     diffuse = prior_cov is None
     finite_nu = not math.isinf(opts.nu)
     why = "for a finite nu (weights use R^-1)" if finite_nu else "for a diffuse prior"
     L = _noise_factor(measurement, finite_nu or diffuse, why)
     B, T = batch.observed.shape
 
-    step_index = None
     if T > 1:
-        steps = np.diff(batch.times, axis=1)
-        sizes, step_index = np.unique(steps, return_inverse=True)
-        maps = linear_transition(sde, sizes)
-        step_index = step_index.reshape(steps.shape)
+        maps, step_index = lg.step_maps(sde, np.diff(batch.times, axis=1))  # (B, T-1) classes
 
     means, pred_means = np.empty((B, T, d)), np.full((B, T, d), np.nan)
     covs, pred_covs = np.empty((B, T, d, d)), np.full((B, T, d, d), np.nan)
     weights = np.full((B, T), np.nan)
     iterations = np.zeros((B, T), dtype=int)
     change = np.zeros((B, T))
-    x = np.broadcast_to(np.zeros(d) if diffuse else prior_mean, (B, d)).copy()
-    P = np.broadcast_to(np.zeros((d, d)) if diffuse else prior_cov, (B, d, d)).copy()
-    x, P = _prior_at_first_state(sde, x, P, prior_time, batch.times[:, 0])
+    if diffuse:
+        lg.require_first_observed(batch.observed[:, 0])
+        x, P = np.zeros((B, d)), np.zeros((B, d, d))
+    else:
+        x = np.broadcast_to(prior_mean, (B, d)).copy()
+        P = np.broadcast_to(prior_cov, (B, d, d)).copy()
+    if prior_time is not None:  # carry the prior to each sequence's first state time
+        first = batch.times[:, 0]
+        lg.check_prior_time(prior_time, first)
+        start, index = lg.step_maps(sde, first - prior_time)
+        x, P = lg.predict(x, P, start.Phi[index], start.offset[index], start.Qd[index])
     for step in range(T):
         if step > 0:
             idx = step_index[:, step - 1]
-            F = maps.Phi[idx]
-            x = np.einsum("bij,bj->bi", F, x) + maps.offset[idx]
-            P = _sym(F @ P @ np.swapaxes(F, 1, 2) + maps.Qd[idx])
+            x, P = lg.predict(x, P, maps.Phi[idx], maps.offset[idx], maps.Qd[idx])
         if step == 0 and diffuse:
-            x, P, w = _robust_diffuse_start(
-                batch.z[:, 0], batch.observed[:, 0], measurement, L, opts
-            )
+            x, P, w = _robust_diffuse_start(batch.z[:, 0], measurement, L, opts)
             weights[:, 0], iterations[:, 0] = w, 1
         else:
             pred_means[:, step], pred_covs[:, step] = x, P
@@ -706,7 +632,7 @@ def eigen_recurrent_filter(
     opts = _options(nu, weight, n_iter, tol, damping)
     lam, S, q, r = _mode_data(eigenvalues, S, process_variances, measurement_variances)
     d = lam.size
-    batch = _prepare(z, t, mask, d, 0.0)
+    batch = batch_input.batch(z, t, mask, d)
     B, T = batch.observed.shape
     S_inv = np.linalg.inv(S)
     S_abs2 = np.abs(S) ** 2  # ambient variance P_ii = sum_k |S_ik|^2 v_k
@@ -715,11 +641,7 @@ def eigen_recurrent_filter(
         raise ValueError("prior_mean and prior_variances must be given together (or neither)")
     diffuse = prior_mean is None
     if diffuse:
-        if not np.all(batch.observed[:, 0]):
-            raise ValueError(
-                "a diffuse prior needs the first measurement of every sequence "
-                "observed (mask[:, 0] all True): give prior_mean and prior_variances"
-            )
+        lg.require_first_observed(batch.observed[:, 0], "give prior_mean and prior_variances")
         x = np.zeros((B, d), dtype=complex)
         v = np.zeros((B, d))
     else:
@@ -759,13 +681,13 @@ def eigen_recurrent_filter(
                 x[rows], v[rows] = xs, vs
                 weights[rows, step], iterations[rows, step], change[rows, step] = w, its, c
         mode_means[:, step], mode_vars[:, step] = x, v
-    means = _real_part(mode_means @ S.T, "S x_s")
-    covs = _real_part((S * mode_vars[..., None, :]) @ S.conj().T, "S diag(v) S^H")
+    means = lg.real_part(mode_means @ S.T, "S x_s")
+    covs = lg.real_part((S * mode_vars[..., None, :]) @ S.conj().T, "S diag(v) S^H")
     result = EigenRecurrentResult(
         means,
         mode_means,
         mode_vars,
-        _sym(covs),
+        sym(covs),
         weights,
         iterations,
         change,
@@ -806,15 +728,3 @@ def _iterate_modes(prior_x, prior_v, zs, r, S, S_abs2, opts: _Options):
         if active.size == 0:
             break
     return x, v, weight, iterations, change
-
-
-# |Im| of S x_s that should be real, relative to its size: round-off only.
-_REAL_RTOL = 1e-9
-
-
-def _real_part(arr: np.ndarray, name: str) -> np.ndarray:
-    scale = max(1.0, float(np.max(np.abs(arr), initial=0.0)))
-    imag = float(np.max(np.abs(arr.imag), initial=0.0))
-    if imag > _REAL_RTOL * scale:
-        raise ValueError(f"{name} is not real (max |Im| = {imag:.3g}): check the eigen-data")
-    return np.ascontiguousarray(arr.real)
