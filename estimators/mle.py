@@ -93,8 +93,10 @@ from typing import NamedTuple
 import numpy as np
 
 from estimators import batch_input
+from estimators import linear_gaussian as lg
 from estimators.closed_forms import dle, drift
 from estimators.closed_forms import measurement as meas
+from estimators.linear_gaussian import real_part, sym
 from sde_sim import LinearMeasurement, LinearSDE, validation
 from sde_sim.models import covariance_from_eigen, real_from_eigen
 
@@ -103,8 +105,6 @@ from sde_sim.models import covariance_from_eigen, real_from_eigen
 # merging them evaluates the matrix exponentials once per distinct lag (2T - 1 on a regular grid
 # instead of T^2) and changes each by round-off only.
 _LAG_MERGE_ULPS = 16.0
-# |Im| of a result that should be real, relative to its size: round-off only.
-_REAL_RTOL = 1e-9
 # Off-diagonal part of S^-1 X S^-H (or S^-1 X S) relative to its diagonal, below which X counts
 # as diagonal in the basis S (DiagonalizableModel.from_linear).
 _DIAGONAL_RTOL = 1e-9
@@ -373,12 +373,9 @@ class DiagonalizableModel:
 
 
 def _check_models(sde, measurement) -> None:
-    if not isinstance(sde, LinearSDE):
-        raise TypeError(f"sde must be a sde_sim.LinearSDE, got {type(sde).__name__}")
-    if not isinstance(measurement, LinearMeasurement):
-        raise TypeError(
-            f"measurement must be a sde_sim.LinearMeasurement, got {type(measurement).__name__}"
-        )
+    """The core's model checks, then what pulling measurements back needs: C square and
+    invertible, R positive definite."""
+    lg.check_model(sde, measurement)
     d = sde.dim
     if measurement.C.shape != (d, d):
         raise ValueError(
@@ -399,22 +396,13 @@ def _check_models(sde, measurement) -> None:
         )
 
 
-class _Batch(NamedTuple):
-    z: np.ndarray  # (B, T, d), zeros where missing
-    observed: np.ndarray  # (B, T)
-    times: np.ndarray  # (Bk, T)
-    squeeze: bool
-
-
-def _prepare(z, t, mask, d: int, *, delay: float = 0.0) -> _Batch:
-    """Validate z (B, T, d) or (T, d), t (T,) or (B, T), mask (B, T) or (T,)."""
-    data = batch_input.measurements(z, mask, d)
-    B, T, _ = data.z.shape
-    t = batch_input.times(t, B, T)
-    if np.all(t == t[:1]):
-        t = t[:1]  # shared times: one set of lags
-    times = batch_input.state_times(t, delay)
-    return _Batch(data.zero_filled(), data.observed, times, data.squeeze)
+def _batch(z, t, mask, d: int, *, delay: float = 0.0) -> batch_input.Batch:
+    """`batch_input.batch` with the times (Bk, T): (1, T) when every sequence shares them, so
+    that one set of lags serves the batch."""
+    batch = batch_input.batch(z, t, mask, d, delay=delay)
+    if np.all(batch.times == batch.times[:1]):
+        batch = batch._replace(times=batch.times[:1])
+    return batch
 
 
 def _lags(times: np.ndarray) -> np.ndarray:
@@ -466,7 +454,7 @@ def _general_kernels(sde: LinearSDE, measurement: LinearMeasurement, lags: np.nd
             V[~causal] = dle.backward_covariance(A, Q, lags[~causal])
         Phi = meas.measurement_transition(A, C, lags)
         VC = C @ V @ C.T + Phi @ R @ np.swapaxes(Phi, -1, -2)
-    VC = 0.5 * (VC + np.swapaxes(VC, -1, -2))
+    VC = sym(VC)
     # A measurement pulled back over a lag so long that e^{-A dt} overflows (a stable system,
     # dt > 0: a long pause before a later measurement) carries no information: its precision
     # P^C ~ e^{-2 a dt} and its weight P^C Phi_z ~ e^{-a dt} vanish. Give it exactly that,
@@ -493,7 +481,7 @@ def _general_kernels(sde: LinearSDE, measurement: LinearMeasurement, lags: np.nd
         offset += measurement.b - Phi @ measurement.b
     if np.any(sde.u):
         offset += (C @ drift.drift_integral(A, -lags)) @ sde.u
-    return Phi, offset, 0.5 * (P + np.swapaxes(P, -1, -2))
+    return Phi, offset, sym(P)
 
 
 def pairwise_terms(
@@ -514,7 +502,7 @@ def pairwise_terms(
     causal : use ``j <= i`` only (True) or every ``j``.
     """
     _check_models(sde, measurement)
-    batch = _prepare(z, t, mask, sde.dim, delay=measurement.delay)
+    batch = _batch(z, t, mask, sde.dim, delay=measurement.delay)
     d, T = sde.dim, batch.times.shape[1]
     lags = _lags(batch.times)
     needed = np.broadcast_to(_needed(T, causal), lags.shape)
@@ -553,7 +541,7 @@ def eigen_pairwise_terms(
     if not isinstance(model, DiagonalizableModel):
         raise TypeError(f"model must be a DiagonalizableModel, got {type(model).__name__}")
     d = model.dim
-    batch = _prepare(z, t, mask, d)
+    batch = _batch(z, t, mask, d)
     T = batch.times.shape[1]
     lam, S, c = model.eigenvalues, model.S, model.C_eigenvalues
     S_inv = np.linalg.inv(S)
@@ -632,7 +620,7 @@ def solve_weighted(
     x = np.linalg.solve(np.swapaxes(L, -1, -2), x)[..., 0]
     L_inv = np.linalg.inv(L)
     cov = np.swapaxes(L_inv, -1, -2) @ L_inv
-    cov = 0.5 * (cov + np.swapaxes(cov, -1, -2))
+    cov = sym(cov)
     x[empty], cov[empty] = np.nan, np.nan
     return x, cov
 
@@ -654,9 +642,9 @@ def finish(terms: PairwiseTerms, x: np.ndarray, cov: np.ndarray) -> MLEResult:
     C, b = terms.C, terms.b
     if terms.diagonal:
         S = terms.basis
-        outputs = _real(x @ S.T, "S z_bar_s")
-        predictions = _real(pred @ S.T, "S z_plus_s")
-        covs = _real((S * cov[..., None, :]) @ S.conj().T, "S diag(cov) S^H")
+        outputs = real_part(x @ S.T, "S z_bar_s")
+        predictions = real_part(pred @ S.T, "S z_plus_s")
+        covs = real_part((S * cov[..., None, :]) @ S.conj().T, "S diag(cov) S^H")
     else:
         outputs, predictions, covs = x, pred, cov
     C_inv = np.linalg.inv(C)
@@ -665,8 +653,8 @@ def finish(terms: PairwiseTerms, x: np.ndarray, cov: np.ndarray) -> MLEResult:
     result = MLEResult(
         outputs,
         states,
-        _sym(covs),
-        _sym(state_covs),
+        sym(covs),
+        sym(state_covs),
         predictions,
         n_used,
         terms.times,
@@ -804,30 +792,9 @@ def mle_error_covariance(
         total += np.einsum("bijkl,bijml->bikm", KV, cum)
         total += np.einsum("bijkl,bijml->bikm", cum, KV)
         total -= np.einsum("bijkl,bijml->bikm", KV, Ks)
-    total = 0.5 * (total + np.swapaxes(total, -1, -2))
+    total = sym(total)
     total[empty] = np.nan
     return total[0] if squeeze else total
-
-
-# --------------------------------------------------------------------------------------------
-# Helpers
-# --------------------------------------------------------------------------------------------
-
-
-def _sym(M: np.ndarray) -> np.ndarray:
-    return 0.5 * (M + np.swapaxes(M, -1, -2))
-
-
-def _real(y: np.ndarray, name: str) -> np.ndarray:
-    finite = np.isfinite(y)
-    scale = max(1.0, float(np.abs(y[finite]).max(initial=0.0)))
-    imag = float(np.abs(y.imag[finite]).max(initial=0.0))
-    if imag > _REAL_RTOL * scale:
-        raise ValueError(
-            f"{name} is not real (max |Im| = {imag:.3g}): the eigen-data must describe real "
-            "matrices (conjugate pairs with conjugate columns of S)"
-        )
-    return np.ascontiguousarray(y.real)
 
 
 __all__ = [
