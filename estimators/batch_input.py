@@ -4,7 +4,8 @@ Every estimator takes measurements ``z`` as ``(B, T, k)`` or ``(T, k)``, a missi
 (``True`` = observed) as ``(B, T)`` or ``(T,)``, and times ``t`` as ``(T,)`` (shared) or
 ``(B, T)``. `batch` checks them once, with errors that name the argument, and returns the
 prepared `Batch` (zero-filled measurements, the observed flags, the state times ``t + delay``);
-`measurements`, `times` and `state_times` are its parts.
+`measurements`, `times` and `state_times` are its parts. `robust_scale` checks the scale
+``nu`` of the robust estimators (IRLS, the recurrent filter, the RT estimators).
 
 This module knows arrays, not models: the radial-tangential estimators use it as the linear
 ones do. What the estimators of a linear SDE share beyond their input (model checks, priors,
@@ -126,6 +127,16 @@ def times(t, B: int, T: int) -> np.ndarray:
     if T > 1 and np.any(np.diff(t, axis=1) <= 0):
         raise ValueError("t must be strictly increasing along each sequence")
     return t
+
+
+def robust_scale(name: str, value) -> float:
+    """A robust estimator's scale ``nu``: a real number > 0; ``inf`` is the Gaussian limit."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a real number (inf allowed), got {type(value).__name__}")
+    value = float(value)
+    if not value > 0:  # also catches NaN
+        raise ValueError(f"{name} must be > 0 (inf for the Gaussian limit), got {value:g}")
+    return value
 
 
 def state_times(t: np.ndarray, delay: float) -> np.ndarray:

@@ -50,6 +50,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from estimators import batch_input
 from estimators.closed_forms import robust_weights as rw
 from estimators.mle import (
     DiagonalizableModel,
@@ -104,7 +105,7 @@ def log_weights(mahalanobis_sq, *, family: str, nu, dim: int, kappa=None) -> np.
     """
     family = validation.choice("family", family, FAMILIES)
     d = validation.count("dim", dim)
-    nu = _nu(nu)
+    nu = batch_input.robust_scale("nu", nu)
     m = validation.nonnegative("mahalanobis_sq", mahalanobis_sq)
     if family == "student-t":
         return np.log(rw.student_t_weight(m, nu, d))
@@ -118,15 +119,6 @@ def log_weights(mahalanobis_sq, *, family: str, nu, dim: int, kappa=None) -> np.
         return rw.student_t_logit(m, nu, d)
     kappa = validation.scalar("kappa", kappa, minimum=0.0, strict=True)
     return rw.power_log_weight(m, nu, kappa=kappa)
-
-
-def _nu(nu) -> float:
-    if isinstance(nu, bool) or not isinstance(nu, (int, float, np.integer, np.floating)):
-        raise TypeError(f"nu must be a real number (or inf), got {type(nu).__name__}")
-    nu = float(nu)
-    if not nu > 0:  # also catches NaN
-        raise ValueError(f"nu must be > 0 (or inf for the Gaussian limit), got {nu}")
-    return nu
 
 
 def _row_weights(log_w: np.ndarray, used: np.ndarray) -> np.ndarray:
@@ -203,7 +195,7 @@ def _weight_function(family, nu, kappa, d: int):
     if nu is None:
         raise TypeError("nu is required for the named weight families")
     validation.choice("family", family, FAMILIES)
-    nu = _nu(nu)
+    nu = batch_input.robust_scale("nu", nu)
     if kappa is not None:
         validation.scalar("kappa", kappa, minimum=0.0, strict=True)
 

@@ -193,11 +193,7 @@ class _Options(NamedTuple):
 
 
 def _options(nu, weight, n_iter, tol, damping) -> _Options:
-    if isinstance(nu, bool) or not isinstance(nu, (int, float, np.integer, np.floating)):
-        raise TypeError(f"nu must be a real number (inf allowed), got {type(nu).__name__}")
-    nu = float(nu)
-    if math.isnan(nu) or nu <= 0:
-        raise ValueError(f"nu must be > 0 (inf for no reweighting), got {nu}")
+    nu = batch_input.robust_scale("nu", nu)
     validation.choice("weight", weight, WEIGHTS)
     n_iter = validation.count("n_iter", n_iter)
     tol = validation.scalar("tol", tol, minimum=0.0)
