@@ -71,7 +71,7 @@ class SmootherResult(NamedTuple):
 # --------------------------------------------------------------------------------------------
 
 
-class _Batch(NamedTuple):
+class _GroupedBatch(NamedTuple):
     z: np.ndarray  # (B, T, k), zeros where missing
     observed: np.ndarray  # (B, T) bool
     times: np.ndarray  # (B, T) state times
@@ -90,7 +90,7 @@ def _unique_rows(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return first, inverse.ravel()
 
 
-def _prepare(sde, measurement, z, t, mask) -> _Batch:
+def _grouped_batch(sde, measurement, z, t, mask) -> _GroupedBatch:
     """The prepared batch (`batch_input.batch`) and its covariance groups."""
     lg.check_model(sde, measurement)
     data = batch_input.batch(z, t, mask, measurement.out_dim, delay=measurement.delay)
@@ -110,7 +110,7 @@ def _prepare(sde, measurement, z, t, mask) -> _Batch:
         group_observed = observed[first]
         grid_first, time_group = _unique_rows(times[first])
         grid_times = times[first][grid_first]
-    return _Batch(
+    return _GroupedBatch(
         data.z, observed, times, group, group_observed, time_group, grid_times, data.squeeze
     )
 
@@ -178,7 +178,7 @@ def kalman_filter(
     FilterResult; with (T, k) input the batch axis of ``means``, ``pred_means``,
     ``log_likelihood`` and ``times`` is dropped.
     """
-    batch = _prepare(sde, measurement, z, t, mask)
+    batch = _grouped_batch(sde, measurement, z, t, mask)
     prior_mean, prior_cov, prior_time = lg.prior_moments(prior, sde.dim)
     if prior_cov is None:
         lg.require_first_observed(batch.observed[:, 0])
@@ -240,7 +240,7 @@ def _close(a: np.ndarray, b: np.ndarray) -> bool:
     return bool(np.all(np.abs(a - b) <= _STEADY_RTOL * np.abs(b).max()))
 
 
-def _shared_covariances(measurement, batch: _Batch, Phi, Qd, prior_cov) -> _Gains:
+def _shared_covariances(measurement, batch: _GroupedBatch, Phi, Qd, prior_cov) -> _Gains:
     """Covariances, gains and innovation whitening of the single group, until steady state.
 
     With a diffuse prior, step 0 sets ``P = (C^T R^-1 C)^-1``. Once the recursion has reached
@@ -275,7 +275,7 @@ def _shared_covariances(measurement, batch: _Batch, Phi, Qd, prior_cov) -> _Gain
     return _Gains(pred_covs, covs, gains, whiten, logdet)
 
 
-def _shared_means(measurement, batch: _Batch, Phi, offset, g: _Gains, prior_mean):
+def _shared_means(measurement, batch: _GroupedBatch, Phi, offset, g: _Gains, prior_mean):
     """Means, predictions (T, B, d) and log-likelihood (B,) when all sequences share one group.
 
     All sequences share the gains and the observation pattern, so each step is two matrix
@@ -328,7 +328,7 @@ def _shared_means(measurement, batch: _Batch, Phi, offset, g: _Gains, prior_mean
     return means, pred, -0.5 * (squares + constant)
 
 
-def _grouped_filter(measurement, batch: _Batch, Phi, offset, Qd, prior_mean, prior_cov):
+def _grouped_filter(measurement, batch: _GroupedBatch, Phi, offset, Qd, prior_mean, prior_cov):
     """Filter with covariances per group (G > 1), all groups and sequences updated per step.
 
     Returns means, predictions (T, B, d), log-likelihood (B,), covs and pred_covs (G, T, d, d).

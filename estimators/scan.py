@@ -382,7 +382,7 @@ class _Tokens(NamedTuple):
     squeeze: bool
 
 
-def _prepare(k, value_precision, v, a_bar, p_bar, q, lam0, eta0, mask, *, proper: bool):
+def _tokens(k, value_precision, v, a_bar, p_bar, q, lam0, eta0, mask, *, proper: bool):
     """Validate and broadcast the filter's inputs (see `kla_filter`)."""
     k = validation.real_array("k", k)
     lam_v = validation.nonnegative("value_precision", value_precision)
@@ -550,7 +550,7 @@ def kla_filter(
     ``354 / (a dt)`` tokens, whatever the method.
     """
     method = validation.choice("method", method, FILTER_METHODS)
-    tok = _prepare(k, value_precision, v, a_bar, p_bar, q, lam0, eta0, mask, proper=False)
+    tok = _tokens(k, value_precision, v, a_bar, p_bar, q, lam0, eta0, mask, proper=False)
     T = tok.phi.shape[1]
     if method == "recursion":
         lam, eta, lam_prior = _recursion(tok)
@@ -622,7 +622,7 @@ def moment_filter(
     It shares no formula with the information form beyond the model. Arguments and shapes as in
     `kla_filter` (``lam0 > 0``: a diffuse prior has no moment form).
     """
-    tok = _prepare(k, value_precision, v, a_bar, p_bar, None, lam0, eta0, mask, proper=True)
+    tok = _tokens(k, value_precision, v, a_bar, p_bar, None, lam0, eta0, mask, proper=True)
     means, variances = np.empty(tok.phi.shape), np.empty(tok.phi.shape)
     m, P = tok.eta0 / tok.lam0, 1.0 / tok.lam0
     for t in range(tok.phi.shape[1]):
