@@ -69,6 +69,8 @@ class RTModel(NamedTuple):
     sigma_r, sigma_t : process-noise scales; eta_r, eta_t : measurement-noise scales (>= 0).
     gamma_r, gamma_t : query-side noise floors of seed 003 section 3.4 (>= 0, default 0).
     basis : (d, d) invertible map from eigen- to ambient coordinates, or None (identity).
+
+    Public as ``estimators.rt_irls.RTModel``, the entry point of the RT estimators.
     """
 
     Omega: np.ndarray
