@@ -1,7 +1,9 @@
 """``python -m verify``: run the registered checks, print a table, optionally write JSON.
 
-Exit status: 0 when every selected check passes, 1 when any fails or errors, 2 for bad usage
-(including an ``--only`` pattern that matches nothing).
+Exit status: 0 when every selected check passes, 1 when any fails or errors (or the run fails),
+2 for bad usage (including an ``--only`` pattern that matches nothing), under the suite's error
+contract (`sde_sim.plumbing.run_cli`: one line on stderr, no traceback unless
+``FILTERSUITE_DEBUG=1``).
 
 ``python -m verify train ...`` trains a layer on simulated data (`verify.training`); see
 ``python -m verify train --help``.
@@ -15,9 +17,14 @@ import sys
 import time
 from pathlib import Path
 
-from sde_sim.cli import OneLineParser, UsageError
-from sde_sim.io import atomic_write
-from sde_sim.scenario import package_version
+from sde_sim.plumbing import (
+    OneLineParser,
+    UsageError,
+    atomic_write,
+    check_target,
+    package_version,
+    run_cli,
+)
 from verify.registry import Result, run_all, select
 
 PROG = "python -m verify"
@@ -77,11 +84,6 @@ def _details(results: list[Result]) -> list[str]:
         if r.error:
             lines.append(f"    error: {r.error}")
     return lines
-
-
-def _check_output(path: Path | None, force: bool) -> None:
-    if path is not None and path.exists() and not force:
-        raise UsageError(f"{path} exists; pass --force to overwrite it")
 
 
 def build_train_parser() -> argparse.ArgumentParser:
@@ -155,41 +157,33 @@ def _layer_options(items: list[str]) -> dict:
     return options
 
 
-def train_main(argv: list[str]) -> int:
-    """``python -m verify train ...``: exit 0 when trained, 2 on bad usage or input."""
+def _train(argv: list[str]) -> int:
     from verify.training import TrainConfig, train
 
-    try:
-        args = build_train_parser().parse_args(argv)
-        config = TrainConfig(
-            layer=args.layer,
-            preset=args.preset,
-            variant=args.variant,
-            sim_method=args.sim_method,
-            n_steps=args.n_steps,
-            steps=args.steps,
-            seed=args.seed,
-            lr=args.lr,
-            n_paths=args.paths,
-            holdout_paths=args.holdout_paths,
-            batch_size=args.batch_size,
-            embed_dim=args.embed_dim,
-            num_heads=args.heads,
-            eval_every=args.eval_every,
-            checkpoint_every=args.checkpoint_every,
-            dtype=args.dtype,
-            device=args.device,
-            schedule=args.schedule,
-            loss=args.loss,
-            layer_options=_layer_options(args.layer_option),
-        )
-        result = train(config, args.out, resume=args.resume, force=args.force, quiet=args.quiet)
-    except (UsageError, ValueError, TypeError, OSError, RuntimeError) as exc:
-        print(f"{PROG} train: error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"{PROG} train: interrupted; continue with --resume", file=sys.stderr)
-        return 130
+    args = build_train_parser().parse_args(argv)
+    config = TrainConfig(
+        layer=args.layer,
+        preset=args.preset,
+        variant=args.variant,
+        sim_method=args.sim_method,
+        n_steps=args.n_steps,
+        steps=args.steps,
+        seed=args.seed,
+        lr=args.lr,
+        n_paths=args.paths,
+        holdout_paths=args.holdout_paths,
+        batch_size=args.batch_size,
+        embed_dim=args.embed_dim,
+        num_heads=args.heads,
+        eval_every=args.eval_every,
+        checkpoint_every=args.checkpoint_every,
+        dtype=args.dtype,
+        device=args.device,
+        schedule=args.schedule,
+        loss=args.loss,
+        layer_options=_layer_options(args.layer_option),
+    )
+    result = train(config, args.out, resume=args.resume, force=args.force, quiet=args.quiet)
     print(
         f"{config.layer} on {config.preset}/{config.variant or 'default'}: step {result.step}, "
         f"train {config.loss.upper()} {result.train_loss:.4g}, held-out one-step MSE "
@@ -199,27 +193,28 @@ def train_main(argv: list[str]) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] == "train":
-        return train_main(argv[1:])
-    try:
-        args = build_parser().parse_args(argv)
-        checks = select(args.only)
-        if not checks:
-            raise UsageError(f"--only {args.only!r} matches no check (see --list)")
-        if args.list:
-            for c in checks:
-                print(f"{c.id:<46} {c.kind:<11} {c.source}")
-            return 0
-        _check_output(args.json, args.force)
-        _check_output(args.table, args.force)
-        both = args.json is not None and args.table is not None
-        if both and args.json.resolve() == args.table.resolve():
-            raise UsageError(f"--json and --table name the same file {args.json}")
-    except UsageError as exc:
-        print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 2
+def train_main(argv: list[str]) -> int:
+    """``python -m verify train ...``: exit 0 when trained, 2 on bad usage or input, 1 when
+    training fails, 130 when interrupted (continue with ``--resume``)."""
+    return run_cli(
+        _train, argv, prog=f"{PROG} train", interrupted="interrupted; continue with --resume"
+    )
+
+
+def _run(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    checks = select(args.only)
+    if not checks:
+        raise UsageError(f"--only {args.only!r} matches no check (see --list)")
+    if args.list:
+        for c in checks:
+            print(f"{c.id:<46} {c.kind:<11} {c.source}")
+        return 0
+    check_target(args.json, "--json", force=args.force)
+    check_target(args.table, "--table", force=args.force)
+    both = args.json is not None and args.table is not None
+    if both and args.json.resolve() == args.table.resolve():
+        raise UsageError(f"--json and --table name the same file {args.json}")
 
     mode = "quick" if args.quick else "full"
     print(f"filtersuite {package_version()}: {len(checks)} checks ({mode})")
@@ -233,21 +228,25 @@ def main(argv: list[str] | None = None) -> int:
         f"({mode})" + (f"; FAILED: {', '.join(r.check.id for r in failed)}" if failed else "")
     )
     print(summary)
-    try:
-        if args.table is not None:
-            text = "\n".join([HEADER, *map(_row, results), summary, "", *_details(results), ""])
-            atomic_write(args.table, lambda fh: fh.write(text.encode()), overwrite=args.force)
-        if args.json is not None:
-            payload = {
-                "filtersuite_version": package_version(),
-                "mode": mode,
-                "seconds": round(total, 2),
-                "passed": not failed,
-                "checks": [r.to_dict() for r in results],
-            }
-            data = json.dumps(payload, indent=2).encode()
-            atomic_write(args.json, lambda fh: fh.write(data), overwrite=args.force)
-    except OSError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
+    if args.table is not None:
+        text = "\n".join([HEADER, *map(_row, results), summary, "", *_details(results), ""])
+        atomic_write(args.table, lambda fh: fh.write(text.encode()), overwrite=args.force)
+    if args.json is not None:
+        payload = {
+            "filtersuite_version": package_version(),
+            "mode": mode,
+            "seconds": round(total, 2),
+            "passed": not failed,
+            "checks": [r.to_dict() for r in results],
+        }
+        data = json.dumps(payload, indent=2).encode()
+        atomic_write(args.json, lambda fh: fh.write(data), overwrite=args.force)
     return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``python -m verify [train] ...`` under the error contract; returns the exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "train":
+        return train_main(argv[1:])
+    return run_cli(_run, argv, prog=PROG)

@@ -44,7 +44,7 @@ import torch
 from torch import nn
 
 from sde_sim import presets
-from sde_sim.io import atomic_write
+from sde_sim.plumbing import atomic_write
 from sde_sim.scenario import METHODS as SIM_METHODS
 from sde_sim.scenario import Scenario, Simulation, simulate
 
