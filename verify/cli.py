@@ -87,17 +87,35 @@ def _details(results: list[Result]) -> list[str]:
 
 
 def build_train_parser() -> argparse.ArgumentParser:
+    from verify.tasks import TASKS
     from verify.training import LAYERS, TrainConfig
 
     default = TrainConfig()
     parser = OneLineParser(
         prog=f"{PROG} train",
         description="Train one attention layer on simulated measurements with a one-step "
-        "prediction loss (MSE, or the Gaussian NLL of the layer's own predictive law); writes "
-        "config.json, metrics.jsonl and checkpoint.pt into --out.",
+        "prediction loss (MSE, or the Gaussian NLL of the layer's own predictive law), or on a "
+        "synthetic task (--task); writes config.json, metrics.jsonl and checkpoint.pt into "
+        "--out.",
     )
     parser.add_argument("--layer", default=default.layer, help=f"one of {', '.join(LAYERS)}")
-    parser.add_argument("--preset", default=default.preset, help="sde_sim preset name")
+    parser.add_argument(
+        "--preset", default=None, help=f"sde_sim preset name (default {default.preset})"
+    )
+    parser.add_argument(
+        "--task",
+        default=None,
+        help=f"train on a synthetic task instead of a preset: one of {', '.join(TASKS)} "
+        "(classification tasks: cross-entropy loss, held-out accuracy; regression: MSE)",
+    )
+    parser.add_argument(
+        "--task-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a keyword option of the task's generator, VALUE in JSON (e.g. train_length=8, "
+        "test_lengths=[16]); repeatable",
+    )
     parser.add_argument("--variant", default=None, help="preset variant (default: its first)")
     parser.add_argument(
         "--n-steps", type=int, default=None, help="integration steps per path (default: preset's)"
@@ -112,10 +130,22 @@ def build_train_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=default.seed)
     parser.add_argument("--device", default=default.device, help="torch device (default cpu)")
     parser.add_argument("--lr", type=float, default=default.lr, help="Adam learning rate")
-    parser.add_argument("--paths", type=int, default=default.n_paths, help="training paths")
-    parser.add_argument("--holdout-paths", type=int, default=default.holdout_paths)
+    parser.add_argument(
+        "--paths",
+        type=int,
+        default=default.n_paths,
+        help="training paths (a task: training sequences)",
+    )
+    parser.add_argument(
+        "--holdout-paths",
+        type=int,
+        default=default.holdout_paths,
+        help="held-out paths (a task: held-out sequences)",
+    )
     parser.add_argument("--batch-size", type=int, default=default.batch_size)
-    parser.add_argument("--embed-dim", type=int, default=None, help="layer width (default d)")
+    parser.add_argument(
+        "--embed-dim", type=int, default=None, help="layer width (default d; a task: 16)"
+    )
     parser.add_argument("--heads", type=int, default=default.num_heads)
     parser.add_argument("--eval-every", type=int, default=default.eval_every)
     parser.add_argument("--checkpoint-every", type=int, default=default.checkpoint_every)
@@ -125,9 +155,10 @@ def build_train_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--loss",
-        default=default.loss,
-        help="mse, or nll: the Gaussian negative log-likelihood of the one-step predictions "
-        "under the layer's predictive law (unrolled-afa)",
+        default=None,
+        help="mse (default), or nll: the Gaussian negative log-likelihood of the one-step "
+        "predictions under the layer's predictive law (unrolled-afa); a task's own loss by "
+        "default (ce or mse)",
     )
     parser.add_argument(
         "--layer-option",
@@ -141,29 +172,38 @@ def build_train_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _layer_options(items: list[str]) -> dict:
+def _layer_options(items: list[str], flag: str = "--layer-option") -> dict:
     """``["nu=1.0", "learn_nu=true"]`` -> ``{"nu": 1.0, "learn_nu": True}`` (JSON values)."""
     options = {}
     for item in items:
         key, sep, text = item.partition("=")
         if not sep or not key:
-            raise UsageError(f"--layer-option expects KEY=VALUE, found {item!r}")
+            raise UsageError(f"{flag} expects KEY=VALUE, found {item!r}")
         try:
             options[key] = json.loads(text)
         except json.JSONDecodeError:
             raise UsageError(
-                f'--layer-option {key}: VALUE must be JSON (1.0, true, "text"), found {text!r}'
+                f'{flag} {key}: VALUE must be JSON (1.0, true, "text"), found {text!r}'
             ) from None
     return options
 
 
 def _train(argv: list[str]) -> int:
+    from verify import tasks
     from verify.training import TrainConfig, train
 
     args = build_train_parser().parse_args(argv)
+    if args.task is not None and args.preset is not None:
+        raise UsageError("pass --preset or --task, not both")
+    if args.task is None and args.task_option:
+        raise UsageError("--task-option needs --task")
+    loss = args.loss
+    if loss is None:
+        loss = tasks.TASKS[args.task].loss if args.task in tasks.TASKS else "mse"
+    preset = {} if args.preset is None else {"preset": args.preset}
     config = TrainConfig(
         layer=args.layer,
-        preset=args.preset,
+        **preset,
         variant=args.variant,
         sim_method=args.sim_method,
         n_steps=args.n_steps,
@@ -180,15 +220,20 @@ def _train(argv: list[str]) -> int:
         dtype=args.dtype,
         device=args.device,
         schedule=args.schedule,
-        loss=args.loss,
+        loss=loss,
         layer_options=_layer_options(args.layer_option),
+        task=args.task,
+        task_options=_layer_options(args.task_option, "--task-option"),
     )
     result = train(config, args.out, resume=args.resume, force=args.force, quiet=args.quiet)
+    if config.task is None:
+        on, metric = f"{config.preset}/{config.variant or 'default'}", "held-out one-step MSE"
+    else:
+        on, metric = f"task {config.task}", "held-out " + ("accuracy" if loss == "ce" else "MSE")
+    (value,) = result.heldout.values()
     print(
-        f"{config.layer} on {config.preset}/{config.variant or 'default'}: step {result.step}, "
-        f"train {config.loss.upper()} {result.train_loss:.4g}, held-out one-step MSE "
-        f"{result.heldout_mse:.4g}; "
-        f"run in {args.out}"
+        f"{config.layer} on {on}: step {result.step}, train {config.loss.upper()} "
+        f"{result.train_loss:.4g}, {metric} {value:.4g}; run in {args.out}"
     )
     return 0
 
