@@ -172,8 +172,9 @@ def build_train_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _layer_options(items: list[str], flag: str = "--layer-option") -> dict:
-    """``["nu=1.0", "learn_nu=true"]`` -> ``{"nu": 1.0, "learn_nu": True}`` (JSON values)."""
+def _json_options(items: list[str], flag: str = "--layer-option") -> dict:
+    """``["nu=1.0", "learn_nu=true"]`` -> ``{"nu": 1.0, "learn_nu": True}``: the KEY=VALUE
+    items of a repeatable `flag`, VALUEs in JSON."""
     options = {}
     for item in items:
         key, sep, text = item.partition("=")
@@ -221,9 +222,9 @@ def _train(argv: list[str]) -> int:
         device=args.device,
         schedule=args.schedule,
         loss=loss,
-        layer_options=_layer_options(args.layer_option),
+        layer_options=_json_options(args.layer_option),
         task=args.task,
-        task_options=_layer_options(args.task_option, "--task-option"),
+        task_options=_json_options(args.task_option, "--task-option"),
     )
     result = train(config, args.out, resume=args.resume, force=args.force, quiet=args.quiet)
     if config.task is None:
