@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import math
 import os
@@ -48,12 +49,12 @@ import platform
 import resource
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from _harness import interleaved_best
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
@@ -127,19 +128,6 @@ def tensor_form_bytes(steps: int, itemsize: int) -> int:
 def synchronize(device) -> None:
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize()
-
-
-def time_round(calls: dict[str, Callable], device) -> dict[str, float]:
-    """One timed call of each contestant, in the given order."""
-    out = {}
-    for name, call in calls.items():
-        synchronize(device)
-        start = time.perf_counter()
-        with torch.no_grad():
-            call()
-        synchronize(device)
-        out[name] = time.perf_counter() - start
-    return out
 
 
 def peak_memory_cuda(call) -> float:
@@ -238,12 +226,11 @@ def run_length(steps: int, args, dtype) -> list[tuple]:
     for call in calls.values():  # warm-up (and compilation) untimed
         with torch.no_grad():
             call()
-    best = {n: math.inf for n in calls}
-    order = list(calls)
-    for r in range(args.repeats):
-        rotated = order[r % len(order) :] + order[: r % len(order)]
-        for name, seconds in time_round({n: calls[n] for n in rotated}, args.device).items():
-            best[name] = min(best[name], seconds)
+    best, _ = interleaved_best(
+        {n: torch.no_grad()(call) for n, call in calls.items()},
+        args.repeats,
+        sync=functools.partial(synchronize, args.device),
+    )
     rows = []
     for name in names:
         if name in skipped:

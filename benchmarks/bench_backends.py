@@ -16,20 +16,11 @@ from __future__ import annotations
 
 import argparse
 import platform
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
-
-
-def best_of(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
+from _harness import best_of
 
 
 def main() -> None:

@@ -73,27 +73,26 @@ The peers are in the optional extra ``bench``: ``pip install -c constraints.txt 
 from __future__ import annotations
 
 import argparse
-import datetime
 import gc
 import hashlib
-import importlib
 import importlib.util
 import os
-import platform
 import sys
 import time
 import tracemalloc
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from _harness import NOT_INSTALLED, Column, load_text, machine_lines, optional_import, run_all
+from _harness import Contestant as Row
+from _harness import print_table as print_columns
 
 from estimators.kalman import GaussianPrior, kalman_filter
 from sde_sim import LinearMeasurement, LinearSDE, linear_transition, presets
 from sde_sim.models import rotation_generator
 
-NOT_INSTALLED = "not installed (pip install .[bench])"
 HERE = Path(__file__).resolve().parent
 STEP = 0.1  # measurement interval h
 PRIOR_VAR = 25.0  # P0 = 25 I, m0 = 0
@@ -103,14 +102,6 @@ LOG_2PI = float(np.log(2.0 * np.pi))
 # log-likelihood. The filters differ only in algebra (Joseph form vs P - K C P, inverse vs
 # solve vs pinv) on a stable, well-conditioned model, so round-off stays near 1e-12 relative.
 RTOL = 1e-8
-
-
-def optional_import(name: str):
-    """The module `name`, or None when it (or something it needs) cannot be imported."""
-    try:
-        return importlib.import_module(name)
-    except ImportError:
-        return None
 
 
 # --- workloads --------------------------------------------------------------------------------
@@ -197,26 +188,19 @@ Output = tuple[np.ndarray, np.ndarray | None]
 
 
 @dataclass
-class Contestant:
-    name: str
-    work: Workload
-    sequences: int
-    run: Callable[[], Output] | None = None
-    warm: Callable[[], object] | None = None  # small untimed call
-    status: str = ""  # why `run` is None
-    note: str = ""
-    times: list[float] = field(default_factory=list)
-    output: Output | None = None
+class Contestant(Row):
+    """One row (`_harness.Contestant`) on a workload: ``run()`` filters ``sequences`` of it;
+    ``rate`` is filter-steps per second."""
+
+    workload: Workload | None = None
+    sequences: int = 0
     peak_mb: float | None = None
 
-    @property
-    def best(self) -> float:
-        return min(self.times)
+    def __post_init__(self) -> None:
+        self.items = self.sequences * self.workload.steps
 
-    @property
-    def rate(self) -> float:
-        """Filter-steps per second of the best call."""
-        return self.sequences * self.work.steps / self.best
+    def label(self) -> str:
+        return f"{self.workload.label:<22} {self.name:<24}"
 
 
 def make_ours(w: Workload) -> Callable[[], Output]:
@@ -335,12 +319,14 @@ def build_contestants(args, workloads: list[Workload]) -> list[Contestant]:
     rows = []
     for w in workloads:
         tiny = w.subset(2)
-        ours = Contestant("ours: kalman_filter", w, w.sequences, note="+ log-lik, predictions")
+        ours = Contestant(
+            "ours: kalman_filter", workload=w, sequences=w.sequences, note="+ log-lik, predictions"
+        )
         ours.run, ours.warm = make_ours(w), make_ours(tiny)
         rows.append(ours)
         for ll in (False, True):
             name = "simdkalman" + (" + log-lik" if ll else "")
-            c = Contestant(name, w, w.sequences, status=peer_status)
+            c = Contestant(name, workload=w, sequences=w.sequences, status=peer_status)
             if simdkalman is not None:
                 c.run, c.warm = (
                     make_simdkalman(simdkalman, w, ll),
@@ -353,7 +339,7 @@ def build_contestants(args, workloads: list[Workload]) -> list[Contestant]:
             ("pykalman filter", pykalman, args.pykalman_sequences, make_pykalman),
         ):
             n = min(n, w.sequences)
-            c = Contestant(name, w, n, status=peer_status)
+            c = Contestant(name, workload=w, sequences=n, status=peer_status)
             if module is not None:
                 c.run, c.warm = maker(module, w.subset(n)), maker(module, w.subset(1))
                 c.status, c.note = "", f"{n} sequences, 1 per call"
@@ -362,31 +348,6 @@ def build_contestants(args, workloads: list[Workload]) -> list[Contestant]:
 
 
 # --- timing -----------------------------------------------------------------------------------
-
-
-def time_call(c: Contestant) -> None:
-    c.output = None  # drop the previous output before the next allocation
-    gc.collect()
-    start = time.perf_counter()
-    output = c.run()
-    c.times.append(time.perf_counter() - start)
-    c.output = output
-
-
-def run_all(contestants: list[Contestant], repeats: int) -> None:
-    """One small warm-up call each, then `repeats` rounds with a rotating order."""
-    active = [c for c in contestants if c.run is not None]
-    print(f"  warm-up: one small untimed call each ({len(active)} contestants)", flush=True)
-    for c in active:
-        c.warm()
-    for r in range(repeats):
-        shift = (r * len(active)) // max(repeats, 1)
-        for c in active[shift:] + active[:shift]:
-            time_call(c)
-            print(
-                f"  round {r + 1}/{repeats}  {c.work.label:<22} {c.name:<24} {c.times[-1]:8.3f} s",
-                flush=True,
-            )
 
 
 def traced_peak_mb(fn: Callable[[], object]) -> float:
@@ -422,79 +383,40 @@ def missing_sequences(args, d: int) -> tuple[int, str]:
 # --- report -----------------------------------------------------------------------------------
 
 
-def machine_lines() -> list[str]:
-    cpu = platform.processor() or ""
-    try:
-        with open("/proc/cpuinfo") as fh:
-            models = [line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")]
-        cpu = models[0] if models else cpu
-    except OSError:
-        pass
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    u = platform.uname()
-    kalman_src = HERE.parent / "estimators" / "kalman.py"
-    digest = (
-        hashlib.sha256(kalman_src.read_bytes()).hexdigest()[:12] if kalman_src.exists() else "?"
-    )
-    lines = [
-        f"date      : {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}",
-        f"machine   : {u.system} {u.release} {u.machine}; cpu {cpu or 'unknown'}",
-        f"cpus      : os.cpu_count() = {os.cpu_count()}, usable = {usable}",
-        f"python    : {platform.python_version()}",
-        f"numpy     : {np.__version__}",
-        f"ours      : estimators/kalman.py sha256 {digest}",
-        f"load      : {load_text()}",
-    ]
-    for name in ("scipy", "simdkalman", "filterpy", "pykalman"):
-        module = optional_import(name)
-        version = "not installed"
-        if module is not None:
-            version = getattr(module, "__version__", None) or dist_version(name)
-        lines.append(f"{name:<10}: {version}")
-    return lines
+def kalman_digest() -> str:
+    """The first 12 hex digits of ``estimators/kalman.py``'s sha256 (which code was timed)."""
+    source = HERE.parent / "estimators" / "kalman.py"
+    return hashlib.sha256(source.read_bytes()).hexdigest()[:12] if source.exists() else "?"
 
 
-def load_text() -> str:
-    """The 1/5/15-minute load averages (the machines are shared: context for the noise)."""
-    try:
-        return "load average " + " / ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        return "unknown"
-
-
-def dist_version(name: str) -> str:
-    try:
-        from importlib.metadata import version
-
-        return version(name)
-    except Exception:  # noqa: BLE001 - any metadata problem: report it as unknown
-        return "installed (version unknown)"
+COLUMNS = (
+    Column("workload", 22),
+    Column("contestant", 24),
+    Column("seq x T", 11, ">"),
+    Column("best s", 9, ">"),
+    Column("worst s", 9, ">"),
+    Column("steps/s", 10, ">"),
+    Column("ours is", 16, gap="  "),
+    Column("note"),
+)
 
 
 def print_table(contestants: list[Contestant], workloads: list[Workload]) -> None:
-    header = (
-        f"{'workload':<22} {'contestant':<24} {'seq x T':>11} {'best s':>9} {'worst s':>9} "
-        f"{'steps/s':>10}  {'ours is':<16} note"
-    )
-    print(header)
-    print("-" * len(header))
+    rows = []
     for w in workloads:
-        group = [c for c in contestants if c.work is w]
+        group = [c for c in contestants if c.workload is w]
         ours = group[0]
         for c in group:
             size = f"{c.sequences} x {w.steps}"
             if c.run is None or not c.times:
-                print(
-                    f"{w.label:<22} {c.name:<24} {size:>11} {'-':>9} {'-':>9} {'-':>10}  {c.status}"
-                )
+                rows.append((w.label, c.name, size, "-", "-", "-", c.status))
                 continue
             ratio = "-" if c is ours else speed_text(ours.rate / c.rate)
-            print(
-                f"{w.label:<22} {c.name:<24} {size:>11} {c.best:9.3f} {max(c.times):9.3f} "
-                f"{c.rate:10.3e}  {ratio:<16} {c.note}"
-            )
+            best, worst, rate = f"{c.best:.3f}", f"{max(c.times):.3f}", f"{c.rate:.3e}"
+            rows.append((w.label, c.name, size, best, worst, rate, ratio, c.note))
         if w.note:
-            print(f"{'':<22} note: {w.note}")
+            rows.append(f"{'':<22} note: {w.note}")
+    print_columns(COLUMNS, rows)
 
 
 def speed_text(ratio: float) -> str:
@@ -517,7 +439,7 @@ def print_targets(contestants: list[Contestant], workloads: list[Workload], quic
     for w in workloads:
         if w.observed is not None:
             continue
-        group = [c for c in contestants if c.work is w]
+        group = [c for c in contestants if c.workload is w]
         ours = group[0]
         for prefix, target in (("simdkalman", 5.0), ("filterpy", 100.0)):
             peer = fastest(group, prefix)
@@ -540,7 +462,7 @@ def check_outputs(contestants: list[Contestant], workloads: list[Workload]) -> b
     )
     ok = True
     for w in workloads:
-        group = [c for c in contestants if c.work is w]
+        group = [c for c in contestants if c.workload is w]
         ours = group[0]
         if ours.output is None:
             continue
@@ -574,7 +496,7 @@ def check_outputs(contestants: list[Contestant], workloads: list[Workload]) -> b
 def print_memory(contestants: list[Contestant], workloads: list[Workload]) -> None:
     print("\nPeak traced memory of one call (tracemalloc; numpy buffers included, untimed):")
     for w in workloads:
-        group = [c for c in contestants if c.work is w]
+        group = [c for c in contestants if c.workload is w]
         for c in group[:3]:
             if c.run is None:
                 continue
@@ -675,7 +597,9 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     started = time.perf_counter()
     print("Kalman filter throughput: ours vs peers (benchmarks/bench_kalman.py)")
-    print("\n".join(machine_lines()))
+    ours = f"ours      : estimators/kalman.py sha256 {kalman_digest()}"
+    packages = ("scipy", "simdkalman", "filterpy", "pykalman")
+    print("\n".join(machine_lines([ours, f"load      : {load_text()}"], packages)))
     print(
         f"workload  : {args.sequences} sequences x {args.steps} steps (h = {STEP:g}), "
         f"d in {args.dims}, C = I, prior N(0, {PRIOR_VAR:g} I); missing variant p = "
@@ -694,7 +618,7 @@ def main(argv=None) -> int:
             w.note = note
             workloads.append(w)
     contestants = build_contestants(args, workloads)
-    run_all(contestants, args.repeats)
+    run_all(contestants, args.repeats, warm_up="one small untimed call each")
 
     print()
     print_table(contestants, workloads)

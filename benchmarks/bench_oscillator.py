@@ -30,10 +30,10 @@ from __future__ import annotations
 import argparse
 import datetime
 import platform
-import time
 
 import numpy as np
 import torch
+from _harness import interleaved_best
 
 from estimators import oscillator_reference as ref
 from kernels.functional import oscillator as osc
@@ -90,14 +90,7 @@ def run(sizes, dim, modes, repeats, rtol, device):
             return out
 
         closed_form()  # warm-up (allocator, CUDA context)
-        best = {"closed": np.inf, "ref": np.inf}
-        outs = {}
-        for r in range(repeats):
-            order = [("closed", closed_form), ("ref", reference)][:: 1 if r % 2 == 0 else -1]
-            for name, fn in order:
-                start = time.perf_counter()
-                outs[name] = fn()
-                best[name] = min(best[name], time.perf_counter() - start)
+        best, outs = interleaved_best({"closed": closed_form, "ref": reference}, repeats)
         diff = float(np.abs(outs["closed"] - outs["ref"]).max())
         rows.append((steps, best["closed"], best["ref"], best["ref"] / best["closed"], diff))
     return rows

@@ -48,11 +48,13 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import os
 import platform
 import time
 
 import numpy as np
+from _harness import interleaved_best
 
 from estimators.closed_forms import kla
 from estimators.scan import FILTER_METHODS, kla_filter
@@ -72,19 +74,6 @@ def make_problem(B: int, T: int, D: int, seed: int):
     lam_v[rng.random((B, T, D)) < 0.1] = 0.0
     v = 2.0 * rng.standard_normal((B, T, D))
     return (k, lam_v, v, a_bar, p_bar)
-
-
-def time_round(problem, methods, repeats: int):
-    """Best wall time per method over interleaved, rotating repeats; last outputs kept."""
-    times = {m: [] for m in methods}
-    outputs = {}
-    for r in range(repeats):
-        order = methods[r % len(methods) :] + methods[: r % len(methods)]
-        for m in order:
-            start = time.perf_counter()
-            outputs[m] = kla_filter(*problem, method=m)
-            times[m].append(time.perf_counter() - start)
-    return {m: min(ts) for m, ts in times.items()}, outputs
 
 
 def main(argv=None) -> int:
@@ -128,7 +117,8 @@ def numpy_section(lengths, B, D, repeats, methods) -> None:
     for T in lengths:
         problem = make_problem(B, T, D, seed=T)
         kla_filter(*make_problem(1, min(T, 64), D, seed=0), method="blelloch")  # warm-up
-        best, outputs = time_round(problem, methods, repeats)
+        calls = {m: functools.partial(kla_filter, *problem, method=m) for m in methods}
+        best, outputs = interleaved_best(calls, repeats)
         ref = outputs["recursion"].precision
         for m in methods:
             out = outputs[m]

@@ -43,17 +43,16 @@ The peers are in the optional extra ``bench``: ``pip install -c constraints.txt 
 from __future__ import annotations
 
 import argparse
-import datetime
-import gc
-import importlib
+import functools
 import os
-import platform
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
+from _harness import NOT_INSTALLED, Column, machine_lines, optional_import, print_table, run_all
+from _harness import Contestant as Row
 
 from sde_sim import (
     BrownianPath,
@@ -66,40 +65,23 @@ from sde_sim import (
 
 PRESET, VARIANT = "afa-2d", "b"
 DTYPES = ("float64", "float32")
-NOT_INSTALLED = "not installed (pip install .[bench])"
-
-
-def optional_import(name: str):
-    """The module `name`, or None when it (or something it needs) cannot be imported."""
-    try:
-        return importlib.import_module(name)
-    except ImportError:
-        return None
 
 
 @dataclass
-class Contestant:
-    """One row of the table: `run(seed)` does one timed call and returns its output."""
+class Contestant(Row):
+    """One row of the table (`_harness.Contestant`): ``run(seed)`` does one timed call and
+    returns its output; ``rate`` is path-steps per second."""
 
-    name: str
-    dtype: str
-    paths: int
-    steps: int
-    run: Callable[[int], object] | None = None
-    status: str = ""  # why `run` is None ("not installed", "n/a", "skipped")
-    note: str = ""
+    dtype: str = "float64"
+    paths: int = 0
+    steps: int = 0
     drift_calls: list[int] | None = None  # torchsde: drift evaluations in the last call
-    times: list[float] = field(default_factory=list)
-    output: object = None
 
-    @property
-    def best(self) -> float:
-        return min(self.times)
+    def __post_init__(self) -> None:
+        self.items = self.paths * self.steps  # rate: path-steps per second
 
-    @property
-    def rate(self) -> float:
-        """Path-steps per second of the best call."""
-        return self.paths * self.steps / self.best
+    def label(self) -> str:
+        return f"{self.name:<22} {self.dtype}"
 
 
 # --- contestants ------------------------------------------------------------------------------
@@ -192,19 +174,22 @@ def build_contestants(args, system) -> list[Contestant]:
 
     rows = []
     for dtype in DTYPES:
-        ours = Contestant("ours: simulate_euler", dtype, P, K)
+        size = {"dtype": dtype, "paths": P, "steps": K}
+        ours = Contestant("ours: simulate_euler", **size)
         ours.run = make_ours(simulate_euler, system, dtype, P, K, dt)
-        exact = Contestant("ours: simulate_exact", dtype, P, K, note="extra row")
+        exact = Contestant("ours: simulate_exact", note="extra row", **size)
         exact.run = make_ours(simulate_exact, system, dtype, P, K, dt)
-        floor = Contestant("floor: rng + one copy", dtype, P, K)
+        floor = Contestant("floor: rng + one copy", **size)
         floor.run = make_floor(dtype, P, K, system.dim)
 
-        ts = Contestant("torchsde euler", dtype, P, K, status=peer_status)
+        ts = Contestant("torchsde euler", status=peer_status, **size)
         if torchsde is not None:
             ts.run, ts.drift_calls = make_torchsde(torch, torchsde, A, G, dtype, P, K, dt)
             ts.status, ts.note = "", "default BrownianInterval"
 
-        sd = Contestant("sdeint itoEuler", dtype, args.sdeint_paths, K, status=peer_status)
+        sd = Contestant(
+            "sdeint itoEuler", status=peer_status, dtype=dtype, paths=args.sdeint_paths, steps=K
+        )
         if dtype != "float64":
             sd.status = "n/a (float64 only)"
         elif sdeint is not None:
@@ -214,61 +199,7 @@ def build_contestants(args, system) -> list[Contestant]:
     return rows
 
 
-# --- timing -----------------------------------------------------------------------------------
-
-
-def time_call(contestant: Contestant, seed: int) -> None:
-    contestant.output = None  # drop the previous output before the next allocation
-    gc.collect()
-    start = time.perf_counter()
-    output = contestant.run(seed)
-    contestant.times.append(time.perf_counter() - start)
-    contestant.output = output
-
-
-def run_all(contestants: list[Contestant], repeats: int) -> None:
-    """One warm-up call each, then `repeats` rounds with a rotating order."""
-    active = [c for c in contestants if c.run is not None]
-    print(f"  warm-up: one untimed call each ({len(active)} contestants)", flush=True)
-    for c in active:
-        c.run(10_000)
-    for r in range(repeats):
-        shift = r % len(active)
-        for c in active[shift:] + active[:shift]:
-            time_call(c, seed=r)
-            print(
-                f"  round {r + 1}/{repeats}  {c.name:<22} {c.dtype}  {c.times[-1]:8.3f} s",
-                flush=True,
-            )
-
-
 # --- report -----------------------------------------------------------------------------------
-
-
-def machine_lines() -> list[str]:
-    cpu = platform.processor() or ""
-    try:
-        with open("/proc/cpuinfo") as fh:
-            models = [line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")]
-        cpu = models[0] if models else cpu
-    except OSError:
-        pass
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    u = platform.uname()
-    lines = [
-        f"date      : {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}",
-        f"machine   : {u.system} {u.release} {u.machine}; cpu {cpu or 'unknown'}",
-        f"cpus      : os.cpu_count() = {os.cpu_count()}, usable = {usable}",
-        f"python    : {platform.python_version()}",
-        f"numpy     : {np.__version__}",
-    ]
-    for name in ("torch", "torchsde", "sdeint"):
-        module = optional_import(name)
-        version = getattr(module, "__version__", "installed") if module else "not installed"
-        if name == "torch" and module is not None:
-            version += f" (torch.get_num_threads() = {module.get_num_threads()})"
-        lines.append(f"{name:<10}: {version}")
-    return lines
 
 
 def ratio_text(c: Contestant, ours: Contestant, floor: Contestant) -> str:
@@ -281,23 +212,30 @@ def ratio_text(c: Contestant, ours: Contestant, floor: Contestant) -> str:
     return f"ours {ours.rate / c.rate:.1f}x faster"
 
 
-def print_table(contestants: list[Contestant]) -> None:
-    header = f"{'contestant':<22} {'dtype':<8} {'paths x steps':>13} {'best s':>9} "
-    header += f"{'path-steps/s':>13}  {'ratio':<26} note"
-    print(header)
-    print("-" * len(header))
+COLUMNS = (
+    Column("contestant", 22),
+    Column("dtype", 8),
+    Column("paths x steps", 13, ">"),
+    Column("best s", 9, ">"),
+    Column("path-steps/s", 13, ">"),
+    Column("ratio", 26, gap="  "),
+    Column("note"),
+)
+
+
+def table_rows(contestants: list[Contestant]) -> list[tuple]:
+    rows = []
     for dtype in DTYPES:
         group = [c for c in contestants if c.dtype == dtype]
         ours, floor = group[0], group[2]
         for c in group:
             size = f"{c.paths} x {c.steps}"
             if c.run is None:
-                print(f"{c.name:<22} {dtype:<8} {size:>13} {'-':>9} {'-':>13}  {c.status}")
+                rows.append((c.name, dtype, size, "-", "-", c.status))
                 continue
-            print(
-                f"{c.name:<22} {dtype:<8} {size:>13} {c.best:9.3f} {c.rate:13.3e}  "
-                f"{ratio_text(c, ours, floor):<26} {c.note}"
-            )
+            ratio = ratio_text(c, ours, floor)
+            rows.append((c.name, dtype, size, f"{c.best:.3f}", f"{c.rate:.3e}", ratio, c.note))
+    return rows
 
 
 def print_targets(contestants: list[Contestant], quick: bool = False) -> None:
@@ -397,7 +335,15 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     started = time.perf_counter()
     print("SDE simulation throughput: ours vs peers (benchmarks/bench_sde.py)")
-    print("\n".join(machine_lines()))
+    torch = optional_import("torch")
+    threads = (
+        []
+        if torch is None
+        else [
+            f"torch     : {torch.__version__} (torch.get_num_threads() = {torch.get_num_threads()})"
+        ]
+    )
+    print("\n".join(machine_lines(threads, packages=("torchsde", "sdeint"))))
     print(
         f"workload  : preset {PRESET!r} variant {VARIANT!r}, {args.paths} paths x "
         f"{args.steps} steps, dt = {args.dt:g}, x0 = (1, 1); best of {args.repeats}, "
@@ -407,10 +353,12 @@ def main(argv=None) -> int:
 
     system = presets.get(PRESET).scenario(VARIANT).system
     contestants = build_contestants(args, system)
-    run_all(contestants, args.repeats)
+    for c in contestants:  # the warm-up call (ours starts its noise thread pool there)
+        c.warm = None if c.run is None else functools.partial(c.run, 10_000)
+    run_all(contestants, args.repeats, args=lambda r: (r,))
 
     print()
-    print_table(contestants)
+    print_table(COLUMNS, table_rows(contestants))
     print_targets(contestants, quick=args.quick)
     check_outputs(contestants, system, args.dt)
     print(f"\nTotal wall time: {time.perf_counter() - started:.1f} s")

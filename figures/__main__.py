@@ -1,12 +1,7 @@
-"""Entry point of ``python -m figures``."""
+"""Entry point of ``python -m figures`` (the error contract is in `sde_sim.plumbing.run_cli`)."""
 
-import os
 import sys
 
 from figures.cli import main
 
-try:
-    sys.exit(main())
-except BrokenPipeError:  # stdout closed early (piped into head): stop quietly
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    sys.exit(1)
+sys.exit(main())

@@ -4,7 +4,9 @@ Writes ``DIR/figures/NAME.png``, ``NAME.pdf`` and ``NAME.json`` (title, caption,
 command, the files) for each figure, then rebuilds ``DIR/figures/index.html`` from every
 ``*.json`` record in that folder, so runs of different subsets add up to one index. All files are
 written atomically; an existing figure file is only replaced with ``--force`` (the index is a
-derived page and is always rebuilt). Bad input prints one line on stderr and exits with status 2.
+derived page and is always rebuilt). Errors follow the suite's contract
+(`sde_sim.plumbing.run_cli`): bad input prints one line on stderr and exits with status 2 before
+anything is written; a failure while a figure is made exits with status 1.
 """
 
 from __future__ import annotations
@@ -13,13 +15,11 @@ import argparse
 import html
 import json
 import shlex
-import sys
 import time
 from pathlib import Path
 
 import figures
-from sde_sim.cli import OneLineParser, UsageError
-from sde_sim.io import atomic_write
+from sde_sim.plumbing import OneLineParser, UsageError, atomic_write, run_cli
 
 PROG = "python -m figures"
 SUBDIR = "figures"
@@ -157,12 +157,6 @@ def run(argv: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; returns the exit status."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    try:
-        run(argv)
-    except (UsageError, ValueError, TypeError, OSError) as exc:
-        message = " ".join(str(exc).split())
-        print(f"{PROG}: error: {message}", file=sys.stderr)
-        return 2
-    return 0
+    """Run the CLI under the error contract; returns the exit status (0, 2 bad usage, 1 a
+    failure while running)."""
+    return run_cli(run, argv, prog=PROG)

@@ -1,10 +1,10 @@
 """Seed 000 Fig. 3: attention matrices of two-layer softmax attention and of one AFA layer.
 
 Both models are trained on ``afa-2d`` variant b (``sigma^2 = 0.3``, ``eta^2 = 0.5``: process and
-measurement noise) with the one-step prediction loss, the data and the seed streams of
-`verify.training` (the AFA through `verify.training.train`, the two-layer softmax model, which
-the harness cannot build, through `fit_softmax`), then their attention matrices on one
-held-out path are drawn as ``T x T`` images (rows: queries ``i``, columns: keys ``j <= i``):
+measurement noise) with the one-step prediction loss by `verify.training.train`, with the same
+data and seed streams (the two-layer softmax model, which the harness does not build, is built
+here and passed to it), then their attention matrices on one held-out path are drawn as
+``T x T`` images (rows: queries ``i``, columns: keys ``j <= i``):
 
 * standard attention, two layers (seed 000 4.2): ``h0 = P_in(z / s) + PE(t)`` (the sinusoidal
   additive embedding of `kernels.layers.baselines.SoftmaxAttention`, added once at the input),
@@ -37,7 +37,7 @@ from torch import nn
 from kernels.layers.baselines import SoftmaxAttention
 from kernels.layers.parameters import seeded_linear
 from sde_sim import presets
-from verify.training import TrainConfig, build_model, derived_seed, make_data, one_step_mse, train
+from verify.training import TrainConfig, build_model, derived_seed, make_data, train
 
 NAME = "fig3_attention_maps"
 TITLE = "Seed 000 Fig. 3: attention matrices, two-layer softmax attention vs one AFA layer"
@@ -131,23 +131,6 @@ class SoftmaxStack(nn.Module):
         return (y, weights) if need_weights else y
 
 
-def fit_softmax(model: SoftmaxStack, data, config: TrainConfig) -> float:
-    """Train `model` as `verify.training.train` trains its layers (Adam, the one-step loss in
-    units of the data scale, batches drawn from the seed stream 1 of ``config.seed``); it
-    builds one layer per model, so the two-layer stack is trained here. Returns the held-out
-    one-step MSE."""
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
-    batches = torch.Generator().manual_seed(derived_seed(config.seed, 1))
-    for _ in range(config.steps):
-        index = torch.randperm(config.n_paths, generator=batches)[: config.batch_size]
-        optimizer.zero_grad(set_to_none=True)
-        loss = one_step_mse(model, data.train[index], data.t) / model.scale**2
-        loss.backward()
-        optimizer.step()
-    with torch.no_grad():
-        return one_step_mse(model, data.holdout, data.t).item()
-
-
 def lag_profile(weights: np.ndarray) -> np.ndarray:
     """``p(tau) = mean_{i >= tau} A[i, i - tau]``, ``tau = 0..T-1``, of a causal (T, T) matrix."""
     T = weights.shape[0]
@@ -205,7 +188,8 @@ def compute(cfg: Config | None = None) -> Data:
         data.train.shape[-1], cfg.softmax_dim, scale=scale, generator=init, dtype=data.train.dtype
     )
     afa = train(tcfg, quiet=True)
-    mse = {"softmax": fit_softmax(softmax, data, tcfg), "afa": afa.heldout_mse}
+    # The same loop, data and batch stream as the AFA (`config.layer` is unused with a model).
+    mse = {"softmax": train(tcfg, model=softmax, quiet=True).heldout_mse, "afa": afa.heldout_mse}
     z = data.holdout[cfg.path : cfg.path + 1]
     layer = afa.model.layer
     with torch.no_grad():

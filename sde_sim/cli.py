@@ -1,6 +1,8 @@
 """``python -m sde_sim``: list the presets, simulate one, or simulate them all.
 
-Errors in the arguments or the system print one line on stderr and exit with status 2.
+Errors follow the suite's contract (`sde_sim.plumbing.run_cli`): bad arguments or a system the
+library refuses print one line on stderr and exit with status 2, before anything is simulated or
+written; a failure while running exits with status 1.
 """
 
 from __future__ import annotations
@@ -15,23 +17,12 @@ import numpy as np
 from sde_sim import io, presets
 from sde_sim.models import RT_MODES, LinearSDE, RadialTangentialSDE
 from sde_sim.observe import Contamination, EveryKSteps, PoissonTimes
+from sde_sim.plumbing import OneLineParser, UsageError, atomic_write, check_target, run_cli
 from sde_sim.scenario import DTYPES, METHODS, Scenario, Simulation, simulate
 
 PROG = "python -m sde_sim"
 # Show a progress bar once a run integrates at least this many path-steps (about a second).
 PROGRESS_THRESHOLD = 20_000_000
-
-
-class UsageError(Exception):
-    """Bad command-line input; reported in one line with exit status 2."""
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """``argparse`` parser whose errors raise `UsageError` (one line, exit 2) instead of
-    printing the usage block; shared by the suite's command-line interfaces."""
-
-    def error(self, message: str):  # one line instead of usage + message
-        raise UsageError(message)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -166,21 +157,10 @@ def _summary(name: str, sim: Simulation) -> str:
 
 
 def _check_targets(out: Path | None, plot: Path | None, force: bool) -> None:
-    """Before anything is simulated or written: suffixes, no clobbering without --force, and a
-    writable folder (the nearest existing one; missing folders are created), so that a failing
-    command leaves nothing behind."""
-    for path, flag, suffix in ((out, "--out", ".npz"), (plot, "--plot", ".png")):
-        if path is None:
-            continue
-        if path.suffix != suffix:
-            raise UsageError(f"{flag} must end in {suffix}, got {str(path)!r}")
-        if path.exists() and not force:
-            raise UsageError(f"{path} exists; pass --force to overwrite it")
-        folder = path.parent
-        while not folder.exists() and folder != folder.parent:
-            folder = folder.parent
-        if not (folder.is_dir() and os.access(folder, os.W_OK | os.X_OK)):
-            raise UsageError(f"{flag} {path}: {folder} is not a writable folder")
+    """Before anything is simulated or written (`sde_sim.plumbing.check_target`), so that a
+    failing command leaves nothing behind."""
+    check_target(out, "--out", force=force, suffix=".npz")
+    check_target(plot, "--plot", force=force, suffix=".png")
 
 
 def _memory_bytes(scenario: Scenario, paths: int, dtype: str) -> float:
@@ -248,9 +228,7 @@ def _simulate_and_write(
         from sde_sim.plotting import plot_simulation
 
         fig = plot_simulation(sim, title=f"{name} ({variant})")
-        io.atomic_write(
-            plot, lambda fh: fig.savefig(fh, format="png", dpi=110), overwrite=args.force
-        )
+        atomic_write(plot, lambda fh: fig.savefig(fh, format="png", dpi=110), overwrite=args.force)
         print(f"  wrote {plot}")
     return sim
 
@@ -296,18 +274,18 @@ def _simulate_all(args) -> None:
         )
 
 
+def run(argv: list[str]) -> None:
+    """The command itself; raises on bad usage or failure (see `main`)."""
+    args = build_parser().parse_args(argv)
+    if args.command == "list":
+        _list()
+    elif args.command == "simulate":
+        _simulate(args)
+    else:
+        _simulate_all(args)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; returns the exit status."""
-    try:
-        args = build_parser().parse_args(argv)
-        if args.command == "list":
-            _list()
-        elif args.command == "simulate":
-            _simulate(args)
-        else:
-            _simulate_all(args)
-    except (UsageError, ValueError, TypeError, OSError) as exc:
-        message = " ".join(str(exc).split())
-        print(f"{PROG}: error: {message}", file=sys.stderr)
-        return 2
-    return 0
+    """Run the CLI under the error contract (`sde_sim.plumbing.run_cli`); returns the exit
+    status: 0 done, 2 bad usage, 1 a failure while running."""
+    return run_cli(run, argv, prog=PROG)

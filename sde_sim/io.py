@@ -3,79 +3,21 @@
 Layout: ``t`` (T,), ``x`` (P, T, d), ``t_obs`` (M,), ``z`` (P, M, k), ``x_obs`` (P, M, d),
 ``outlier`` and ``missing`` (P, M) bool, and ``meta``: a 0-d string array holding JSON (every
 parameter of the scenario, the seed, method, dtype and package version). Files load with
-``numpy.load`` without pickle.
+``numpy.load`` without pickle. Writes go through `sde_sim.plumbing.atomic_write` (temporary file
++ rename, never clobbering without ``overwrite``).
 """
 
 from __future__ import annotations
 
-import glob
 import json
 import os
-import tempfile
 import zipfile
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
+from sde_sim.plumbing import atomic_write
 from sde_sim.scenario import Simulation
-
-
-def atomic_write(path: str | os.PathLike, write: Callable, *, overwrite: bool = False) -> Path:
-    """Write a file through ``write(file_object)`` into a temporary file, then move it to `path`.
-
-    Readers never see a partial file. Without `overwrite`, an existing `path` is left untouched
-    and `FileExistsError` is raised (the final link refuses to replace a file that appeared
-    meanwhile). The temporary file ``.NAME.PID.*.tmp`` names its writer's process; one left by
-    a writer that died (``kill -9``) is removed by the next write to the same target.
-    """
-    path = Path(path)
-    if not overwrite and path.exists():
-        raise FileExistsError(f"{path} exists; pass overwrite=True (CLI: --force) to replace it")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _remove_orphans(path)
-    prefix = f".{path.name}.{os.getpid()}."
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=".tmp")
-    try:
-        # mkstemp creates the file private (0600); give it the permissions a plain open() would.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if overwrite:
-            os.replace(tmp, path)
-        else:
-            try:
-                os.link(tmp, path)
-            except FileExistsError:
-                raise FileExistsError(
-                    f"{path} exists; pass overwrite=True (CLI: --force) to replace it"
-                ) from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
-
-
-def _remove_orphans(path: Path) -> None:
-    """Delete ``.NAME.PID.*.tmp`` files beside `path` whose writer process no longer runs."""
-    for tmp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
-        pid = tmp.name[len(path.name) + 2 :].split(".", 1)[0]
-        if pid.isdigit() and not _process_alive(int(pid)):
-            tmp.unlink(missing_ok=True)
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OSError):  # it exists (another user's), or we cannot tell
-        return True
-    return True
 
 
 def save(simulation: Simulation, path: str | os.PathLike, *, overwrite: bool = False) -> Path:

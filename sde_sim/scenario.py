@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib import metadata
 from typing import Any
 
 import numpy as np
@@ -33,16 +32,10 @@ from sde_sim.models import (
     unit_rows,
 )
 from sde_sim.observe import Contamination, EveryKSteps, FixedTimes, PoissonTimes
+from sde_sim.plumbing import package_version
 
 METHODS = ("euler", "exact")
 DTYPES = ("float64", "float32")
-
-
-def package_version() -> str:
-    try:
-        return metadata.version("filtersuite")
-    except metadata.PackageNotFoundError:
-        return "unknown (not installed)"
 
 
 @register

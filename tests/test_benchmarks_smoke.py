@@ -42,3 +42,46 @@ def test_benchmark_script_runs(argv, expected):
     )
     assert run.returncode == 0, run.stderr
     assert expected in run.stdout
+
+
+@pytest.fixture
+def harness(monkeypatch):
+    """`benchmarks/_harness.py` imported as the scripts import it (their folder on the path)."""
+    import importlib
+
+    monkeypatch.syspath_prepend(str(REPO_ROOT / "benchmarks"))
+    return importlib.import_module("_harness")
+
+
+def test_one_harness():
+    """The scripts share `benchmarks/_harness.py`; none defines its own copy."""
+    import re
+
+    shared = r"^(class Contestant:|def (optional_import|time_call|run_all|machine_lines|best_of)\()"
+    for script in sorted((REPO_ROOT / "benchmarks").glob("bench_*.py")):
+        copies = re.findall(shared, script.read_text(), flags=re.M)
+        assert not copies, f"{script.name} redefines {copies}"
+
+
+def test_harness_times_every_contestant_in_a_rotating_order(harness, capsys):
+    calls = []
+    rows = [
+        harness.Contestant(name, run=lambda r=None, name=name: calls.append((name, r)), items=10)
+        for name in "abc"
+    ]
+    rows.append(harness.Contestant("d", status="not installed"))
+    harness.run_all(rows, 3, args=lambda r: (r,))
+    timed = [c for c in calls if c[1] is not None]
+    assert [name for name, r in timed[1 * 3 :][:0]] == []  # warm-up calls took no round
+    assert [name for name, _ in calls] == list("abcabcbcacab")
+    assert all(len(c.times) == 3 and c.rate == 10 / c.best for c in rows[:3])
+    columns = [harness.Column("name", 6), harness.Column("best", 8, ">"), harness.Column("note")]
+    harness.print_table(columns, [("a", "0.125", "x"), ("b", "-"), "  a note"])
+    out = capsys.readouterr().out.splitlines()
+    assert out[-5:] == [
+        "name       best note",
+        "-" * len("name       best note"),
+        "a         0.125 x",
+        "b             -",
+        "  a note",
+    ]

@@ -1,7 +1,9 @@
 """``python -m verify``: run the registered checks, print a table, optionally write JSON.
 
-Exit status: 0 when every selected check passes, 1 when any fails or errors, 2 for bad usage
-(including an ``--only`` pattern that matches nothing).
+Exit status: 0 when every selected check passes, 1 when any fails or errors (or the run fails),
+2 for bad usage (including an ``--only`` pattern that matches nothing), under the suite's error
+contract (`sde_sim.plumbing.run_cli`: one line on stderr, no traceback unless
+``FILTERSUITE_DEBUG=1``).
 
 ``python -m verify train ...`` trains a layer on simulated data (`verify.training`); see
 ``python -m verify train --help``.
@@ -15,9 +17,14 @@ import sys
 import time
 from pathlib import Path
 
-from sde_sim.cli import OneLineParser, UsageError
-from sde_sim.io import atomic_write
-from sde_sim.scenario import package_version
+from sde_sim.plumbing import (
+    OneLineParser,
+    UsageError,
+    atomic_write,
+    check_target,
+    package_version,
+    run_cli,
+)
 from verify.registry import Result, run_all, select
 
 PROG = "python -m verify"
@@ -79,23 +86,36 @@ def _details(results: list[Result]) -> list[str]:
     return lines
 
 
-def _check_output(path: Path | None, force: bool) -> None:
-    if path is not None and path.exists() and not force:
-        raise UsageError(f"{path} exists; pass --force to overwrite it")
-
-
 def build_train_parser() -> argparse.ArgumentParser:
+    from verify.tasks import TASKS
     from verify.training import LAYERS, TrainConfig
 
     default = TrainConfig()
     parser = OneLineParser(
         prog=f"{PROG} train",
         description="Train one attention layer on simulated measurements with a one-step "
-        "prediction loss (MSE, or the Gaussian NLL of the layer's own predictive law); writes "
-        "config.json, metrics.jsonl and checkpoint.pt into --out.",
+        "prediction loss (MSE, or the Gaussian NLL of the layer's own predictive law), or on a "
+        "synthetic task (--task); writes config.json, metrics.jsonl and checkpoint.pt into "
+        "--out.",
     )
     parser.add_argument("--layer", default=default.layer, help=f"one of {', '.join(LAYERS)}")
-    parser.add_argument("--preset", default=default.preset, help="sde_sim preset name")
+    parser.add_argument(
+        "--preset", default=None, help=f"sde_sim preset name (default {default.preset})"
+    )
+    parser.add_argument(
+        "--task",
+        default=None,
+        help=f"train on a synthetic task instead of a preset: one of {', '.join(TASKS)} "
+        "(classification tasks: cross-entropy loss, held-out accuracy; regression: MSE)",
+    )
+    parser.add_argument(
+        "--task-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a keyword option of the task's generator, VALUE in JSON (e.g. train_length=8, "
+        "test_lengths=[16]); repeatable",
+    )
     parser.add_argument("--variant", default=None, help="preset variant (default: its first)")
     parser.add_argument(
         "--n-steps", type=int, default=None, help="integration steps per path (default: preset's)"
@@ -110,10 +130,22 @@ def build_train_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=default.seed)
     parser.add_argument("--device", default=default.device, help="torch device (default cpu)")
     parser.add_argument("--lr", type=float, default=default.lr, help="Adam learning rate")
-    parser.add_argument("--paths", type=int, default=default.n_paths, help="training paths")
-    parser.add_argument("--holdout-paths", type=int, default=default.holdout_paths)
+    parser.add_argument(
+        "--paths",
+        type=int,
+        default=default.n_paths,
+        help="training paths (a task: training sequences)",
+    )
+    parser.add_argument(
+        "--holdout-paths",
+        type=int,
+        default=default.holdout_paths,
+        help="held-out paths (a task: held-out sequences)",
+    )
     parser.add_argument("--batch-size", type=int, default=default.batch_size)
-    parser.add_argument("--embed-dim", type=int, default=None, help="layer width (default d)")
+    parser.add_argument(
+        "--embed-dim", type=int, default=None, help="layer width (default d; a task: 16)"
+    )
     parser.add_argument("--heads", type=int, default=default.num_heads)
     parser.add_argument("--eval-every", type=int, default=default.eval_every)
     parser.add_argument("--checkpoint-every", type=int, default=default.checkpoint_every)
@@ -123,9 +155,10 @@ def build_train_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--loss",
-        default=default.loss,
-        help="mse, or nll: the Gaussian negative log-likelihood of the one-step predictions "
-        "under the layer's predictive law (unrolled-afa)",
+        default=None,
+        help="mse (default), or nll: the Gaussian negative log-likelihood of the one-step "
+        "predictions under the layer's predictive law (unrolled-afa); a task's own loss by "
+        "default (ce or mse)",
     )
     parser.add_argument(
         "--layer-option",
@@ -139,87 +172,95 @@ def build_train_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _layer_options(items: list[str]) -> dict:
-    """``["nu=1.0", "learn_nu=true"]`` -> ``{"nu": 1.0, "learn_nu": True}`` (JSON values)."""
+def _json_options(items: list[str], flag: str = "--layer-option") -> dict:
+    """``["nu=1.0", "learn_nu=true"]`` -> ``{"nu": 1.0, "learn_nu": True}``: the KEY=VALUE
+    items of a repeatable `flag`, VALUEs in JSON."""
     options = {}
     for item in items:
         key, sep, text = item.partition("=")
         if not sep or not key:
-            raise UsageError(f"--layer-option expects KEY=VALUE, found {item!r}")
+            raise UsageError(f"{flag} expects KEY=VALUE, found {item!r}")
         try:
             options[key] = json.loads(text)
         except json.JSONDecodeError:
             raise UsageError(
-                f'--layer-option {key}: VALUE must be JSON (1.0, true, "text"), found {text!r}'
+                f'{flag} {key}: VALUE must be JSON (1.0, true, "text"), found {text!r}'
             ) from None
     return options
 
 
-def train_main(argv: list[str]) -> int:
-    """``python -m verify train ...``: exit 0 when trained, 2 on bad usage or input."""
+def _train(argv: list[str]) -> int:
+    from verify import tasks
     from verify.training import TrainConfig, train
 
-    try:
-        args = build_train_parser().parse_args(argv)
-        config = TrainConfig(
-            layer=args.layer,
-            preset=args.preset,
-            variant=args.variant,
-            sim_method=args.sim_method,
-            n_steps=args.n_steps,
-            steps=args.steps,
-            seed=args.seed,
-            lr=args.lr,
-            n_paths=args.paths,
-            holdout_paths=args.holdout_paths,
-            batch_size=args.batch_size,
-            embed_dim=args.embed_dim,
-            num_heads=args.heads,
-            eval_every=args.eval_every,
-            checkpoint_every=args.checkpoint_every,
-            dtype=args.dtype,
-            device=args.device,
-            schedule=args.schedule,
-            loss=args.loss,
-            layer_options=_layer_options(args.layer_option),
-        )
-        result = train(config, args.out, resume=args.resume, force=args.force, quiet=args.quiet)
-    except (UsageError, ValueError, TypeError, OSError, RuntimeError) as exc:
-        print(f"{PROG} train: error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"{PROG} train: interrupted; continue with --resume", file=sys.stderr)
-        return 130
+    args = build_train_parser().parse_args(argv)
+    if args.task is not None and args.preset is not None:
+        raise UsageError("pass --preset or --task, not both")
+    if args.task is None and args.task_option:
+        raise UsageError("--task-option needs --task")
+    loss = args.loss
+    if loss is None:
+        loss = tasks.TASKS[args.task].loss if args.task in tasks.TASKS else "mse"
+    preset = {} if args.preset is None else {"preset": args.preset}
+    config = TrainConfig(
+        layer=args.layer,
+        **preset,
+        variant=args.variant,
+        sim_method=args.sim_method,
+        n_steps=args.n_steps,
+        steps=args.steps,
+        seed=args.seed,
+        lr=args.lr,
+        n_paths=args.paths,
+        holdout_paths=args.holdout_paths,
+        batch_size=args.batch_size,
+        embed_dim=args.embed_dim,
+        num_heads=args.heads,
+        eval_every=args.eval_every,
+        checkpoint_every=args.checkpoint_every,
+        dtype=args.dtype,
+        device=args.device,
+        schedule=args.schedule,
+        loss=loss,
+        layer_options=_json_options(args.layer_option),
+        task=args.task,
+        task_options=_json_options(args.task_option, "--task-option"),
+    )
+    result = train(config, args.out, resume=args.resume, force=args.force, quiet=args.quiet)
+    if config.task is None:
+        on, metric = f"{config.preset}/{config.variant or 'default'}", "held-out one-step MSE"
+    else:
+        on, metric = f"task {config.task}", "held-out " + ("accuracy" if loss == "ce" else "MSE")
+    (value,) = result.heldout.values()
     print(
-        f"{config.layer} on {config.preset}/{config.variant or 'default'}: step {result.step}, "
-        f"train {config.loss.upper()} {result.train_loss:.4g}, held-out one-step MSE "
-        f"{result.heldout_mse:.4g}; "
-        f"run in {args.out}"
+        f"{config.layer} on {on}: step {result.step}, train {config.loss.upper()} "
+        f"{result.train_loss:.4g}, {metric} {value:.4g}; run in {args.out}"
     )
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] == "train":
-        return train_main(argv[1:])
-    try:
-        args = build_parser().parse_args(argv)
-        checks = select(args.only)
-        if not checks:
-            raise UsageError(f"--only {args.only!r} matches no check (see --list)")
-        if args.list:
-            for c in checks:
-                print(f"{c.id:<46} {c.kind:<11} {c.source}")
-            return 0
-        _check_output(args.json, args.force)
-        _check_output(args.table, args.force)
-        both = args.json is not None and args.table is not None
-        if both and args.json.resolve() == args.table.resolve():
-            raise UsageError(f"--json and --table name the same file {args.json}")
-    except UsageError as exc:
-        print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 2
+def train_main(argv: list[str]) -> int:
+    """``python -m verify train ...``: exit 0 when trained, 2 on bad usage or input, 1 when
+    training fails, 130 when interrupted (continue with ``--resume``)."""
+    return run_cli(
+        _train, argv, prog=f"{PROG} train", interrupted="interrupted; continue with --resume"
+    )
+
+
+def _run(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    checks = select(args.only)
+    if not checks:
+        raise UsageError(f"--only {args.only!r} matches no check (see --list)")
+    if args.list:
+        for c in checks:
+            print(f"{c.id:<46} {c.kind:<11} {c.source}")
+        return 0
+    check_target(args.json, "--json", force=args.force)
+    check_target(args.table, "--table", force=args.force)
+    both = args.json is not None and args.table is not None
+    if both and args.json.resolve() == args.table.resolve():
+        raise UsageError(f"--json and --table name the same file {args.json}")
 
     mode = "quick" if args.quick else "full"
     print(f"filtersuite {package_version()}: {len(checks)} checks ({mode})")
@@ -233,21 +274,25 @@ def main(argv: list[str] | None = None) -> int:
         f"({mode})" + (f"; FAILED: {', '.join(r.check.id for r in failed)}" if failed else "")
     )
     print(summary)
-    try:
-        if args.table is not None:
-            text = "\n".join([HEADER, *map(_row, results), summary, "", *_details(results), ""])
-            atomic_write(args.table, lambda fh: fh.write(text.encode()), overwrite=args.force)
-        if args.json is not None:
-            payload = {
-                "filtersuite_version": package_version(),
-                "mode": mode,
-                "seconds": round(total, 2),
-                "passed": not failed,
-                "checks": [r.to_dict() for r in results],
-            }
-            data = json.dumps(payload, indent=2).encode()
-            atomic_write(args.json, lambda fh: fh.write(data), overwrite=args.force)
-    except OSError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
+    if args.table is not None:
+        text = "\n".join([HEADER, *map(_row, results), summary, "", *_details(results), ""])
+        atomic_write(args.table, lambda fh: fh.write(text.encode()), overwrite=args.force)
+    if args.json is not None:
+        payload = {
+            "filtersuite_version": package_version(),
+            "mode": mode,
+            "seconds": round(total, 2),
+            "passed": not failed,
+            "checks": [r.to_dict() for r in results],
+        }
+        data = json.dumps(payload, indent=2).encode()
+        atomic_write(args.json, lambda fh: fh.write(data), overwrite=args.force)
     return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``python -m verify [train] ...`` under the error contract; returns the exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "train":
+        return train_main(argv[1:])
+    return run_cli(_run, argv, prog=PROG)

@@ -17,13 +17,20 @@ A `OneStepPredictor` wraps one layer of `kernels.layers` between an optional inp
 then works on the ``d`` measurement coordinates directly, as the seed's one-layer AFA does).
 
 Training data are ``n_paths`` paths of a `sde_sim` preset; the held-out paths are simulated from a
-different seed. Every random draw (simulation seeds, initialisation, batch order) derives from
-``config.seed`` through explicit generators, so a run is bit-identical given its configuration;
-``resume=True`` continues from the last checkpoint to the same final parameters.
+different seed. With ``task`` set, the data are instead one of the synthetic tasks of
+`verify.datasets` (A5, MQAR, irregular rotations and forecasting, the logistic map), the model a
+`verify.tasks.TaskModel` around the layer, and the loss the task's (cross-entropy or MSE), all
+through the same loop. `train` also takes a prebuilt ``model`` (any module mapping ``(z, t)`` to
+one-step predictions with a ``scale`` buffer, such as Fig. 3's two-layer softmax stack).
+
+Every random draw (simulation seeds, initialisation, batch order) derives from ``config.seed``
+through explicit generators, so a run is bit-identical given its configuration; ``resume=True``
+continues from the last checkpoint to the same final parameters.
 
 A run directory holds ``config.json``, ``metrics.jsonl`` (one JSON object per evaluation: step,
-train MSE, held-out one-step MSE, elapsed seconds) and ``checkpoint.pt`` (model, optimizer and
-generator states, step, configuration), each written atomically.
+train loss, held-out one-step MSE or a task's held-out metric, elapsed seconds) and
+``checkpoint.pt`` (model, optimizer and generator states, step, configuration), each written
+atomically.
 """
 
 from __future__ import annotations
@@ -43,10 +50,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from kernels.layers.parameters import seeded_linear
 from sde_sim import presets
-from sde_sim.io import atomic_write
+from sde_sim.plumbing import atomic_write
 from sde_sim.scenario import METHODS as SIM_METHODS
 from sde_sim.scenario import Scenario, Simulation, simulate
+from verify import tasks
 
 CHECKPOINT = "checkpoint.pt"
 METRICS = "metrics.jsonl"
@@ -54,7 +63,7 @@ CONFIG = "config.json"
 RUN_FILES = (CHECKPOINT, METRICS, CONFIG)
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 SCHEDULES = ("constant", "cosine", "tail")
-LOSSES = ("mse", "nll")
+LOSSES = ("mse", "nll", "ce")
 TAIL = 0.2  # the share of the steps over which the "tail" schedule decays to 0
 # Constructor arguments the harness sets itself (TrainConfig fields or derived from the data).
 RESERVED_OPTIONS = ("embed_dim", "num_heads", "generator", "dtype", "device", "max_len")
@@ -163,7 +172,14 @@ class TrainConfig:
         example ``{"nu": 1.0, "learn_nu": True}`` for a robust AFA).
     loss : ``"mse"`` (one-step mean squared error) or ``"nll"`` (the Gaussian negative
         log-likelihood of the one-step predictions under the layer's own predictive law; the
-        layer must provide ``predictive``, see the module docstring).
+        layer must provide ``predictive``, see the module docstring); a task trains with its
+        own loss: ``"ce"`` (cross-entropy, classification tasks) or ``"mse"`` (regression).
+    task : a synthetic task of `verify.tasks.TASKS` to train on instead of the preset (None:
+        the preset); ``preset``, ``variant``, ``sim_method`` and ``n_steps`` are then unused,
+        ``n_paths``/``holdout_paths`` count training/held-out sequences, and ``embed_dim``
+        None means `verify.tasks.DEFAULT_WIDTH`.
+    task_options : keyword options of the task's generator (JSON values, for example
+        ``{"train_length": 8}`` for ``a5``); sizes and seeds are set by the harness.
     """
 
     layer: str = "afa"
@@ -186,6 +202,8 @@ class TrainConfig:
     schedule: str = "constant"
     layer_options: dict = dataclasses.field(default_factory=dict)
     loss: str = "mse"
+    task: str | None = None
+    task_options: dict = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.layer not in LAYERS:
@@ -233,6 +251,12 @@ class TrainConfig:
         _check_layer_options(self.layer_options)
         if self.loss not in LOSSES:
             raise ValueError(f"loss must be one of {', '.join(LOSSES)}; found {self.loss!r}")
+        if self.task is not None:
+            tasks.check_task(self.task, self.loss, self.task_options)
+        elif self.loss == "ce":
+            raise ValueError("loss 'ce' (cross-entropy) needs a classification task (task)")
+        elif self.task_options:
+            raise ValueError("task_options need a task (task)")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -297,8 +321,6 @@ class OneStepPredictor(nn.Module):
         device=None,
     ):
         super().__init__()
-        if layer not in LAYERS:
-            raise ValueError(f"layer must be one of {', '.join(LAYERS)}; found {layer!r}")
         if isinstance(scale, bool) or not (
             isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0
         ):
@@ -306,20 +328,20 @@ class OneStepPredictor(nn.Module):
         width = dim if embed_dim is None else embed_dim
         factory = {"dtype": dtype, "device": device}
         self.register_buffer("scale", torch.tensor(float(scale), **factory))
-        kw = {"embed_dim": width, "num_heads": num_heads, "generator": generator, **factory}
-        if layer.startswith("softmax"):
-            kw["max_len"] = max_len
-        options = dict(layer_options or {})
-        _check_layer_options(options)
-        try:
-            self.layer = LAYERS[layer](**kw, **options)
-        except TypeError as exc:  # an option the layer's constructor does not take
-            raise ValueError(f"layer_options do not fit layer {layer!r}: {exc}") from None
+        self.layer = build_layer(
+            layer,
+            width,
+            num_heads=num_heads,
+            max_len=max_len,
+            layer_options=layer_options,
+            generator=generator,
+            **factory,
+        )
         if embed_dim is None:
             self.in_proj = self.out_proj = None
         else:
-            self.in_proj = _linear(dim, width, generator, factory)
-            self.out_proj = _linear(width, dim, generator, factory)
+            self.in_proj = _projection(dim, width, generator, factory)
+            self.out_proj = _projection(width, dim, generator, factory)
 
     def forward(self, z: torch.Tensor, t: torch.Tensor | None = None) -> torch.Tensor:
         x = z / self.scale
@@ -357,16 +379,40 @@ class OneStepPredictor(nn.Module):
         return mean * self.scale, cov * self.scale**2
 
 
-def _linear(d_in: int, d_out: int, generator, factory) -> nn.Linear:
-    """``nn.Linear`` with PyTorch's default ``U(-1/sqrt(d_in), 1/sqrt(d_in))`` init drawn from
-    `generator` (the module's own reset would draw from the global RNG)."""
-    linear = nn.Linear(d_in, d_out, device="meta")
-    bound = 1.0 / math.sqrt(d_in)
-    weight = torch.rand(d_out, d_in, generator=generator, dtype=torch.float64, device="cpu")
-    bias = torch.rand(d_out, generator=generator, dtype=torch.float64, device="cpu")
-    linear.weight = nn.Parameter(((2 * weight - 1) * bound).to(**factory))
-    linear.bias = nn.Parameter(((2 * bias - 1) * bound).to(**factory))
-    return linear
+def build_layer(
+    layer: str,
+    width: int,
+    *,
+    num_heads: int = 1,
+    max_len: int = 4096,
+    layer_options: dict | None = None,
+    generator: torch.Generator | None = None,
+    dtype=None,
+    device=None,
+) -> nn.Module:
+    """The layer ``LAYERS[layer]`` of width `width` with `layer_options` (ValueError naming the
+    layer when an option does not fit its constructor); `max_len` is the longest sequence (the
+    learned positional table's length)."""
+    if layer not in LAYERS:
+        raise ValueError(f"layer must be one of {', '.join(LAYERS)}; found {layer!r}")
+    kw = {"embed_dim": width, "num_heads": num_heads, "generator": generator}
+    kw.update(dtype=dtype, device=device)
+    if layer.startswith("softmax"):
+        kw["max_len"] = max_len
+    options = dict(layer_options or {})
+    _check_layer_options(options)
+    try:
+        return LAYERS[layer](**kw, **options)
+    except TypeError as exc:  # an option the layer's constructor does not take
+        raise ValueError(f"layer_options do not fit layer {layer!r}: {exc}") from None
+
+
+def _projection(d_in: int, d_out: int, generator, factory) -> nn.Linear:
+    """`kernels.layers.parameters.seeded_linear` (PyTorch's default init drawn from
+    `generator`), drawn on the CPU, where the harness's generators live, then moved to the
+    model's device."""
+    linear = seeded_linear(d_in, d_out, generator=generator, dtype=factory["dtype"], device="cpu")
+    return linear.to(factory["device"])
 
 
 class Data(NamedTuple):
@@ -400,8 +446,11 @@ def scenario_of(config: TrainConfig) -> Scenario:
     return scenario
 
 
-def make_data(config: TrainConfig) -> Data:
-    """Simulate the training and held-out paths of `config` (deterministic in ``config.seed``)."""
+def make_data(config: TrainConfig) -> Data | tasks.TaskData:
+    """Simulate the training and held-out paths of `config` (deterministic in ``config.seed``);
+    with ``config.task`` set, generate the task's sequences (`verify.tasks.make_task_data`)."""
+    if config.task is not None:
+        return tasks.make_task_data(config)
     scenario = scenario_of(config)
     meta = {"preset": config.preset, "variant": config.variant}
     seed_train, seed_hold = simulation_seeds(config.seed)
@@ -464,18 +513,46 @@ def training_loss(config: TrainConfig, model: OneStepPredictor, z, t) -> torch.T
 
 class TrainResult(NamedTuple):
     """The trained model, the step reached and the last metrics (original units; ``train_loss``
-    is the last batch's MSE or NLL per scalar measurement, per ``config.loss``)."""
+    is the last batch's MSE or NLL per scalar measurement, per ``config.loss``; for a task its
+    cross-entropy or MSE). ``heldout_mse`` is the held-out one-step MSE (a task: the held-out
+    MSE of a regression task, NaN for a classification task); ``heldout`` names the held-out
+    metric of the last evaluation and its value (``{"heldout_mse": ...}``, or a task's
+    ``{"heldout_accuracy": ...}``)."""
 
-    model: OneStepPredictor
+    model: nn.Module
     step: int
     train_loss: float
     heldout_mse: float
     metrics: list[dict]
+    heldout: dict | None = None
 
 
-def build_model(config: TrainConfig, data: Data) -> OneStepPredictor:
-    """The model of `config`, initialised from a generator seeded by ``config.seed``."""
+def heldout_name(config: TrainConfig) -> str:
+    """The metrics key of the held-out metric: ``heldout_mse``, or a task's
+    ``heldout_accuracy`` / ``heldout_mse``."""
+    if config.task is None:
+        return "heldout_mse"
+    return f"heldout_{tasks.METRICS[tasks.TASKS[config.task].loss]}"
+
+
+def build_model(config: TrainConfig, data: Data | tasks.TaskData) -> nn.Module:
+    """The model of `config`, initialised from a generator seeded by ``config.seed``: a
+    `OneStepPredictor`, or for a task a `verify.tasks.TaskModel` around the layer."""
     generator = torch.Generator().manual_seed(derived_seed(config.seed, 0))
+    if config.task is not None:
+        dtype, device = DTYPES[config.dtype], torch.device(config.device)
+        width = tasks.DEFAULT_WIDTH if config.embed_dim is None else config.embed_dim
+        layer = build_layer(
+            config.layer,
+            width,
+            num_heads=config.num_heads,
+            max_len=data.max_len,
+            layer_options=config.layer_options,
+            generator=generator,
+            dtype=dtype,
+            device=device,
+        )
+        return tasks.TaskModel(data, layer, width, generator=generator, dtype=dtype, device=device)
     scale = float(torch.sqrt(torch.mean(data.train.double() ** 2)))
     return OneStepPredictor(
         config.layer,
@@ -501,6 +578,7 @@ def train(
     config: TrainConfig,
     out: str | os.PathLike | None = None,
     *,
+    model: nn.Module | None = None,
     resume: bool = False,
     force: bool = False,
     quiet: bool = False,
@@ -512,6 +590,11 @@ def train(
     ----------
     config : the run (see `TrainConfig`).
     out : run directory (config, metrics, checkpoints); None keeps nothing on disk.
+    model : a prebuilt model to train instead of `build_model`'s (``config.layer``,
+        ``embed_dim``, ``num_heads`` and ``layer_options`` are then unused): a module mapping
+        ``(z, t)`` to one-step predictions ``(B, M, d)`` with a ``scale`` buffer, as
+        `OneStepPredictor`; trained in place. Its architecture is not recorded in the run
+        directory: resume a run by passing the same model again.
     resume : continue from ``out/checkpoint.pt`` (the configuration must match, except
         ``steps``); with no checkpoint there yet, start from step 0.
     force : start afresh in an existing run directory, replacing its run files.
@@ -531,8 +614,11 @@ def train(
     run = None if out is None else Path(out)
     _check_device_available(config.device)
     data = make_data(config)
-    model = build_model(config, data)  # bad layer options fail here, before the run directory
-    if config.loss == "nll" and not model.has_predictive:
+    if model is None:
+        model = build_model(config, data)  # bad layer options fail here, before the run folder
+    else:
+        _check_model(model, config)
+    if config.loss == "nll" and not getattr(model, "has_predictive", False):
         raise ValueError(
             f"loss 'nll' needs a layer that states its predictive law; {config.layer!r} "
             "does not (use 'unrolled-afa', or loss 'mse')"
@@ -556,11 +642,10 @@ def train(
     try:
         while step < config.steps:
             index = torch.randperm(config.n_paths, generator=batches)[: config.batch_size]
-            batch = data.train[index.to(data.train.device)]
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate(config, step)
             optimizer.zero_grad(set_to_none=True)
-            loss = training_loss(config, model, batch, data.t)
+            loss = batch_loss(config, model, data, index)
             loss.backward()
             optimizer.step()
             step += 1
@@ -572,7 +657,7 @@ def train(
                 line = {
                     "step": step,
                     f"train_{config.loss}": _original_units(config, model, train_loss),
-                    "heldout_mse": heldout,
+                    heldout_name(config): heldout,
                     "elapsed_s": round(elapsed_before + time.perf_counter() - start, 3),
                 }
                 if config.loss == "nll":
@@ -581,7 +666,7 @@ def train(
                 if run is not None:
                     with open(run / METRICS, "a") as fh:
                         fh.write(json.dumps(line) + "\n")
-                progress.set_postfix(heldout_mse=f"{heldout:.4g}", refresh=False)
+                progress.set_postfix({heldout_name(config): f"{heldout:.4g}"}, refresh=False)
             if run is not None and (step % config.checkpoint_every == 0 or step == config.steps):
                 save_checkpoint(
                     run / CHECKPOINT,
@@ -599,7 +684,31 @@ def train(
     if math.isnan(heldout):  # resumed at the final step: nothing trained in this call
         heldout = evaluate(model, data)
         final_loss = metrics[-1].get(f"train_{config.loss}", math.nan) if metrics else math.nan
-    return TrainResult(model, step, final_loss, heldout, metrics)
+    name = heldout_name(config)
+    mse = heldout if name == "heldout_mse" else math.nan
+    return TrainResult(model, step, final_loss, mse, metrics, {name: heldout})
+
+
+def batch_loss(
+    config: TrainConfig, model: nn.Module, data: Data | tasks.TaskData, index: torch.Tensor
+) -> torch.Tensor:
+    """The training loss of the training sequences at `index` (`training_loss`, or a task's
+    `verify.tasks.batch_loss`)."""
+    if config.task is not None:
+        return tasks.batch_loss(model, data, index)
+    return training_loss(config, model, data.train[index.to(data.train.device)], data.t)
+
+
+def _check_model(model, config: TrainConfig) -> None:
+    """A prebuilt model `train` can use: an ``nn.Module`` with a ``scale`` buffer (the one-step
+    loss works in its units); a task's model is any ``nn.Module``."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, found {type(model).__name__}")
+    if config.task is None and not isinstance(getattr(model, "scale", None), torch.Tensor):
+        raise TypeError(
+            f"model {type(model).__name__} has no scale buffer (the data scale the one-step "
+            "loss divides by; see OneStepPredictor)"
+        )
 
 
 def _check_device_available(device: str) -> None:
@@ -613,8 +722,11 @@ def _check_device_available(device: str) -> None:
         raise ValueError(f"device {device!r} is not available on this machine (use 'cpu')")
 
 
-def _original_units(config: TrainConfig, model: OneStepPredictor, loss: float) -> float:
-    """`training_loss` back in the data's units: the MSE, or the NLL per scalar measurement."""
+def _original_units(config: TrainConfig, model: nn.Module, loss: float) -> float:
+    """`training_loss` back in the data's units: the MSE, or the NLL per scalar measurement (a
+    task's loss is in its own units already)."""
+    if config.task is not None:
+        return loss
     scale = model.scale.item()
     return loss * scale**2 if config.loss == "mse" else loss + math.log(scale)
 
@@ -631,8 +743,11 @@ def learning_rate(config: TrainConfig, step: int) -> float:
 
 
 @torch.no_grad()
-def evaluate(model: OneStepPredictor, data: Data) -> float:
-    """Held-out one-step prediction MSE (original units)."""
+def evaluate(model: nn.Module, data: Data | tasks.TaskData) -> float:
+    """Held-out one-step prediction MSE (original units); a task's held-out metric
+    (`verify.tasks.evaluate`)."""
+    if isinstance(data, tasks.TaskData):
+        return tasks.evaluate(model, data)
     return one_step_mse(model, data.holdout, data.t).item()
 
 

@@ -19,7 +19,7 @@ from estimators.closed_forms import kla
 from estimators.kalman import GaussianPrior
 from sde_sim import EveryKSteps, GaussianInitial, LinearMeasurement, LinearSDE, Scenario, simulate
 from sde_sim.exact import linear_transition
-from verify.checks.fit import (
+from verify.problems.fit import (
     ISOTROPIC,
     ISOTROPIC_PRIOR,
     ISOTROPIC_TRUTH,

@@ -372,7 +372,7 @@ def test_bad_input_names_the_argument():
 def test_irls_outliers_bound_fails_a_broken_irls():
     """The bound of the registered check irls.outliers (RMSE against the inlier-only oracle)
     holds for IRLS and fails an IRLS stopped after one reweighting and the plain batch MLE."""
-    from verify.checks.irls import OUTLIER_RMSE_BOUND, outlier_rmse_ratios
+    from verify.problems.irls import OUTLIER_RMSE_BOUND, outlier_rmse_ratios
 
     ratio, mle_ratio, _ = outlier_rmse_ratios(True)
     assert ratio <= OUTLIER_RMSE_BOUND

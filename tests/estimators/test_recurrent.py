@@ -28,7 +28,7 @@ from sde_sim import (
 )
 from sde_sim.models import covariance_from_eigen, real_from_eigen
 from tests.strategies import stable_linear_sdes
-from verify.checks.recurrent import (
+from verify.problems.recurrent import (
     AFA_LAM,
     AFA_S,
     batch_mle,

@@ -23,7 +23,7 @@ from sde_sim import (
     simulate,
 )
 from sde_sim.models import skew_from_vector
-from verify.checks.rt_irls import (
+from verify.problems.rt_irls import (
     ALPHAS,
     mean_field_scenario,
     measured_order,

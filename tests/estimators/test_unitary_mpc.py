@@ -14,7 +14,7 @@ from scipy.linalg import expm
 from estimators.closed_forms import measurement as meas
 from estimators.closed_forms import mpc, unitary
 from sde_sim.models import rotation_generator
-from verify.checks.mpc import random_problem
+from verify.problems.mpc import random_problem
 
 W = np.array([0.7, 1.9])
 

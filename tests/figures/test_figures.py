@@ -201,6 +201,21 @@ def test_cli_subset_adds_to_index(tmp_path, capsys, small_cli):
     assert not (tmp_path / "figures" / "fig1_trajectories.png").exists()
 
 
+def test_cli_failure_while_making_a_figure_is_status_1(tmp_path, capsys, monkeypatch):
+    """A figure whose compute fails at run time: one line naming the error, status 1."""
+
+    def broken(cfg):
+        raise FloatingPointError("overflow in the propagated covariance")
+
+    monkeypatch.setattr(covariance_vs_lag, "compute", broken)
+    code, out, err = _run(["covariance_vs_lag", "--quick", "--out", str(tmp_path)], capsys)
+    assert code == 1 and out == ""
+    assert err == (
+        "python -m figures: error: FloatingPointError: overflow in the propagated covariance\n"
+    )
+    assert not (tmp_path / "figures" / "covariance_vs_lag.png").exists()
+
+
 def test_cli_rejects_unknown_names(tmp_path, capsys):
     code, out, err = _run(["fig9", "--out", str(tmp_path)], capsys)
     assert code == 2 and out == ""

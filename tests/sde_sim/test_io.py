@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from sde_sim import io, presets, simulate
+from sde_sim import io, plumbing, presets, simulate
 from sde_sim._record import record_from_dict
 
 
@@ -60,7 +60,7 @@ def test_failed_write_leaves_nothing(tmp_path):
         raise RuntimeError("disk full")
 
     with pytest.raises(RuntimeError, match="disk full"):
-        io.atomic_write(tmp_path / "x.bin", explode)
+        plumbing.atomic_write(tmp_path / "x.bin", explode)
     assert os.listdir(tmp_path) == []
 
 
@@ -126,10 +126,10 @@ def test_kill_9_during_a_write_leaves_the_target_and_the_next_write_removes_the_
     target = tmp_path / "big.npz"
     script = (
         "import time, sys\n"
-        "from sde_sim import io\n"
+        "from sde_sim import plumbing\n"
         "def slow(fh):\n"
         "    fh.write(b'x' * 1000); fh.flush(); time.sleep(60)\n"
-        f"io.atomic_write({str(target)!r}, slow)\n"
+        f"plumbing.atomic_write({str(target)!r}, slow)\n"
     )
     child = subprocess.Popen([sys.executable, "-c", script])
     try:
@@ -143,6 +143,6 @@ def test_kill_9_during_a_write_leaves_the_target_and_the_next_write_removes_the_
     assert len(orphans) == 1 and not target.exists()
     live = tmp_path / f".big.npz.{os.getpid()}.concurrent.tmp"
     live.write_bytes(b"another writer in this process")
-    io.atomic_write(target, lambda fh: fh.write(b"complete"))
+    plumbing.atomic_write(target, lambda fh: fh.write(b"complete"))
     assert target.read_bytes() == b"complete"
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, target.name])

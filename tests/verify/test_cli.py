@@ -111,3 +111,29 @@ def test_json_and_table_on_one_file_are_refused_before_any_write(fake_checks, tm
     assert main(["--json", str(same), "--table", str(same)]) == 2
     assert "name the same file" in capsys.readouterr().err
     assert not same.exists()
+
+
+def test_a_failed_write_after_the_checks_is_status_1(fake_checks, tmp_path, capsys, monkeypatch):
+    """A failure at run time (here the disk refusing the JSON file after the checks ran) is one
+    line and status 1 (the error contract, `sde_sim.plumbing.run_cli`), not a traceback."""
+
+    def full_disk(path, write, *, overwrite=False):
+        raise OSError(28, "No space left on device", str(path))
+
+    monkeypatch.setattr("verify.cli.atomic_write", full_disk)
+    assert main(["--only", "demo.ok", "--json", str(tmp_path / "v.json")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "No space left on device" in err and "Traceback" not in err
+
+
+def test_train_failing_at_run_time_is_status_1(tmp_path, capsys, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr("verify.training.train", broken)
+    assert main(["train", "--out", str(tmp_path / "run"), "--steps", "2"]) == 1
+    err = capsys.readouterr().err
+    assert err == (
+        "python -m verify train: error: RuntimeError: CUDA error: an illegal memory access "
+        "was encountered\n"
+    )

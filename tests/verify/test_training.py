@@ -280,3 +280,33 @@ def test_an_unavailable_device_is_refused_before_any_file(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "device 'cuda' is not available" in err and "Traceback" not in err
     assert not (tmp_path / "run").exists()
+
+
+def test_a_prebuilt_model_trains_as_the_harness_model(tmp_path):
+    """`train(config, model=...)`: the harness's own model passed in trains to the same bits
+    as `train(config)`; the loop is the one loop (Fig. 3's softmax stack goes through it)."""
+    config = TrainConfig(**TINY, steps=4, eval_every=2)
+    built = training.build_model(config, training.make_data(config))
+    given = train(config, model=built, quiet=True)
+    assert given.model is built
+    _assert_identical(_params(given.model), _params(train(config, quiet=True).model))
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module"):
+        train(config, model="afa", quiet=True)
+    with pytest.raises(TypeError, match="has no scale buffer"):
+        train(config, model=torch.nn.Linear(2, 2), quiet=True)
+
+
+def test_projections_use_the_one_seeded_linear():
+    """With ``embed_dim`` set the projections are `kernels.layers.parameters.seeded_linear`
+    draws from the model's generator (nothing from the global RNG)."""
+    from kernels.layers.parameters import seeded_linear
+
+    torch.manual_seed(5)
+    before = torch.get_rng_state()
+    model = OneStepPredictor("afa", 2, embed_dim=4, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(torch.get_rng_state(), before)
+    layer_draws = torch.Generator().manual_seed(3)
+    training.build_layer("afa", 4, generator=layer_draws)  # the layer draws first
+    expected = seeded_linear(2, 4, generator=layer_draws)
+    torch.testing.assert_close(model.in_proj.weight, expected.weight, rtol=0, atol=0)
+    torch.testing.assert_close(model.in_proj.bias, expected.bias, rtol=0, atol=0)

@@ -7,8 +7,6 @@ and the printed ``P <- P / w`` rescaling of seed 000 2.3, which makes it worse.
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
 from estimators.closed_forms import drift
@@ -16,11 +14,16 @@ from estimators.closed_forms import measurement as meas_cf
 from estimators.closed_forms import robust_weights as rw
 from estimators.irls import irls
 from estimators.mle import batch_mle
-from sde_sim import Contamination, LinearMeasurement, LinearSDE, presets, simulate
+from sde_sim import LinearMeasurement, LinearSDE
+from verify.problems.irls import (
+    NU,
+    OUTLIER_RMSE_BOUND,
+    contaminated,
+    outlier_rmse_ratios,
+    rmse,
+)
 from verify.registry import Outcome, check, seed
 from verify.tools import random_eigensystem, random_spd, relative_error
-
-NU = 4.0
 
 
 def _problem(rng: np.random.Generator, d: int, T: int):
@@ -99,47 +102,6 @@ def _normal_equations(quick: bool) -> float:
     return worst
 
 
-@functools.cache
-def _contaminated(quick: bool):
-    sc = presets.get("afa-2d").scenario("b")
-    sc = sc.replace(
-        contamination=Contamination(outlier_fraction=0.1, outlier_df=1, outlier_scale=10),
-        n_steps=600,
-    )
-    sim = simulate(sc, 8 if quick else 60, seed=93, method="exact")
-    mle = batch_mle(sc.system, sc.measurement, sim.z, sim.t_obs, causal=False)
-    return sc, sim, mle
-
-
-def _rmse(states, truth) -> float:
-    return float(np.sqrt(np.nanmean(np.sum((states - truth) ** 2, axis=-1)[:, 10:])))
-
-
-# irls.outliers bound. The reference is the oracle that knows which measurements are outliers:
-# the batch MLE on the inliers alone. On Gaussian inliers the Student-t score (nu = 4, d = 2) is
-# an M-estimator with variance inflation E[w^2 m]/d / (E[w] + 2 E[w' m]/d)^2 = 1.090 (Monte
-# Carlo, 4e6 draws), an RMSE factor of 1.044; the down-weighted Cauchy outliers keep a small
-# pull on top. Measured: 1.153 (quick, 8 paths), 1.122 (full, 60 paths). A broken IRLS fails
-# 1.3: stopped after one reweighting 1.49 / 1.53, the plain MLE 15 / 44, the printed rescaling of
-# 2.3 worse still (`tests/estimators/test_irls.py` asserts the first two against this bound).
-OUTLIER_RMSE_BOUND = 1.3
-
-
-def outlier_rmse_ratios(quick: bool, **irls_options) -> tuple[float, float, int]:
-    """(RMSE of IRLS / RMSE of the inlier-only batch MLE, RMSE of the batch MLE / the same,
-    IRLS iterations) on the data of irls.outliers; ``irls_options`` default to the check's."""
-    sc, sim, mle = _contaminated(quick)
-    options = {"nu": NU, "causal": False, **irls_options}
-    robust = irls(sc.system, sc.measurement, sim.z, sim.t_obs, **options)
-    oracle = batch_mle(sc.system, sc.measurement, sim.z, sim.t_obs, causal=False, mask=~sim.outlier)
-    reference = _rmse(oracle.states, sim.x_obs)
-    return (
-        _rmse(robust.states, sim.x_obs) / reference,
-        _rmse(mle.states, sim.x_obs) / reference,
-        robust.iterations,
-    )
-
-
 @check(
     "irls.outliers",
     title="10% Cauchy outliers (scale 10) on afa-2d b: RMSE(IRLS, Student-t nu = 4) / "
@@ -177,7 +139,7 @@ def _weight_ratio(result, outlier) -> float:
     tolerance=1.0,
 )
 def _outlier_weights(quick: bool) -> Outcome:
-    sc, sim, _ = _contaminated(quick)
+    sc, sim, _ = contaminated(quick)
     robust = irls(sc.system, sc.measurement, sim.z, sim.t_obs, nu=NU, causal=False)
     return Outcome(_weight_ratio(robust, sim.outlier), "relative weights, one scale per row")
 
@@ -193,7 +155,7 @@ def _outlier_weights(quick: bool) -> Outcome:
     expect="fails",
 )
 def _printed(quick: bool) -> Outcome:
-    sc, sim, mle = _contaminated(quick)
+    sc, sim, mle = contaminated(quick)
     printed = irls(
         sc.system,
         sc.measurement,
@@ -203,5 +165,5 @@ def _printed(quick: bool) -> Outcome:
         causal=False,
         max_iter=20,
     )
-    a, b = _rmse(printed.states, sim.x_obs), _rmse(mle.states, sim.x_obs)
+    a, b = rmse(printed.states, sim.x_obs), rmse(mle.states, sim.x_obs)
     return Outcome(_weight_ratio(printed, sim.outlier), f"RMSE printed form {a:.3f}, MLE {b:.3f}")

@@ -23,6 +23,10 @@ name                      task (source)
 ``dataset(name, **kwargs)`` calls the generator registered under `name`; ``DATASETS`` lists them.
 Where a paper leaves a parameter open, the choice made here is stated in the generator's
 docstring and recorded in ``meta``.
+
+The generators are plain numpy; `verify.tasks` turns them into training problems (tensors, a
+model head, the loss and the held-out metric), so that ``python -m verify train --task NAME``
+trains any layer of `verify.training` on them.
 """
 
 from __future__ import annotations

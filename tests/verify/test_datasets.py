@@ -1,4 +1,4 @@
-"""Tests of `sde_sim.datasets`: shapes, determinism, and each task's defining property."""
+"""Tests of `verify.datasets`: shapes, determinism, and each task's defining property."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from sde_sim import datasets as ds
+from verify import datasets as ds
 
 SMALL = {
     "a5": {"n_train": 16, "n_test": 8, "train_length": 6, "test_lengths": (9, 12)},
