@@ -60,8 +60,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from kernels.functional.afa import isotropic_afa, tensor_afa  # noqa: E402
-from kernels.functional.rfa import rfa_attention  # noqa: E402
+from kernels.functional import isotropic_afa, rfa_attention, tensor_afa  # noqa: E402
 
 BATCH, HEADS, DIM = 2, 4, 64
 CONTESTANTS = ("sdpa", "isotropic AFA", "RFA", "tensor AFA")

@@ -73,9 +73,8 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from kernels.functional.afa import isotropic_afa  # noqa: E402
+from kernels.functional import isotropic_afa, rfa_attention  # noqa: E402
 from kernels.functional.kla import kla_scan, ou_prior  # noqa: E402
-from kernels.functional.rfa import rfa_attention  # noqa: E402
 
 BATCH, HEADS = 2, 8
 ATTENTION = ("sdpa (flash)", "flex", "isotropic AFA (triton)", "RFA (triton)")

@@ -41,10 +41,10 @@ import numpy as np
 import torch
 from scipy.linalg import expm
 
-from kernels.functional import afa as afa_functional
-from kernels.functional import complex_pairs
 from kernels.layers.complex_linear import lift
 from kernels.layers.heads import merge_complex_heads, split_complex_heads
+from kernels.ops import afa as afa_functional
+from kernels.ops.common import complex_pairs
 from sde_sim import presets
 from verify.training import OneStepPredictor, TrainConfig, make_data, one_step_mse, train
 

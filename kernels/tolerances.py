@@ -23,7 +23,7 @@ class Tolerance(NamedTuple):
 
 # (kernel, backend, dtype, quantity) -> Tolerance
 TOLERANCES: dict[tuple[str, str, str, str], Tolerance] = {
-    # --- filtering attention (kernels/triton/filtering_attention.py) ---------------------------
+    # --- filtering attention (kernels/ops/common/fused_filtering.py) --------------------------
     # Reference: the torch function in float64 on the same (already rounded) inputs. Inputs are
     # O(1) (standard normal); ``atol`` is in units of max(1, max|expected|) of the compared
     # tensor (the tests scale it), so one entry covers outputs, gradients and per-head sums.

@@ -550,23 +550,19 @@ def _layer_quantities(model: OneStepPredictor, interval: float) -> dict:
     (`learned_dynamics`)."""
     layer = model.layer
     with torch.no_grad():
-        if hasattr(layer, "dynamics"):  # batch AFA
-            dyn = layer.dynamics()
-            value, out = layer.value, layer.out_proj
-        else:  # unrolled AFA
-            dyn = {
-                "decay": layer.decay,
-                "process_var": layer.process_var,
-                "measurement_var": layer.measurement_var,
-                "frequencies": layer.frequencies,
-            }
-            value, out = layer.value_proj, layer.out_proj
+        # both layers' `dynamics()` (a kernels.ops.common.params.Dynamics, per head, in units of
+        # the layer's clock), carried to the simulation's time units by `scaled`
         rate = float(layer.step) / interval
+        dyn = layer.dynamics().scaled(rate)
+        if hasattr(layer, "value_proj"):  # unrolled AFA
+            value, out = layer.value_proj, layer.out_proj
+        else:  # batch AFA
+            value, out = layer.value, layer.out_proj
         scale2 = float(model.scale) ** 2
-        decay = (dyn["decay"] * rate).double().numpy()
-        p2 = (dyn["process_var"] * rate * scale2).double().numpy()
-        eta2 = (dyn["measurement_var"] * scale2).double().numpy()
-        frequency = (dyn["frequencies"] * rate).double().numpy().reshape(-1)
+        decay = dyn.decay.double().numpy()
+        p2 = (dyn.process_var * scale2).double().numpy()
+        eta2 = (dyn.measurement_var * scale2).double().numpy()
+        frequency = dyn.frequencies.double().numpy().reshape(-1)
         if value is None:  # identity basis: every feature carries its own coordinate
             weight = np.ones_like(frequency)
         else:

@@ -18,6 +18,10 @@ The stacking implemented here is that one, with one AFA layer (seed 000 3.1) per
 * every layer has the same weights; the residual gate ``delta`` (Algorithm 1) mixes the layer's
   estimate with its queries' values ``L_V(x^(l))``, the seed's damping.
 
+Each layer of the stack is the real layer's forward, ``layer(y_{l-1}, t, memory=z)`` (queries
+from the previous output, keys and values from the measurements; the ``memory`` argument of
+`kernels.layers.afa.AdaptiveFilterAttention`), so the stack cannot drift from the layer.
+
 A layer's residual ``R = Zq_i - e^{lambda tau} Zk_j`` is then the IRLS residual ``x_i - zhat_ij``
 and its weight ``(1 + sum_k P |R|^2 / nu)^(-temperature)`` is `estimators.irls`' ``"power"``
 family with ``kappa = temperature`` (the rational weight at ``temperature = 1``): with the
@@ -45,10 +49,7 @@ import torch
 
 from estimators.irls import eigen_irls, robust_estimate
 from estimators.mle import DiagonalizableModel, eigen_pairwise_terms
-from kernels.functional import afa, complex_pairs
 from kernels.layers.afa import AdaptiveFilterAttention
-from kernels.layers.complex_linear import lift
-from kernels.layers.heads import merge_complex_heads, split_complex_heads
 from sde_sim import Contamination, EveryKSteps, Scenario, SphericalShellInitial, simulate
 from sde_sim.presets import AFA_BASIS, AFA_EIGENVALUES
 
@@ -138,47 +139,11 @@ def _measurements(z) -> torch.Tensor:
 
 
 def _stack(layer: AdaptiveFilterAttention, z: torch.Tensor, t):
-    """Yield ``y_1, y_2, ...`` of the shared-weight stack without end (see `stack_outputs`)."""
-
-    def values(x):
-        source = x if layer.complex_input else lift(x)
-        v = layer.value(source)
-        return v, (v if layer.share_qk_values else source)
-
-    heads = layer.num_heads
-    zv, key_source = values(z)
-    k = split_complex_heads(layer.key(key_source), heads)
-    v = split_complex_heads(zv, heads)
-    dyn = layer.dynamics()
-    step = layer.step
-    scaled = {
-        "decay": dyn["decay"] * step,
-        "frequencies": dyn["frequencies"] * step,
-        "process_var": dyn["process_var"] * step,
-        "measurement_var": dyn["measurement_var"],
-    }
-    common = {"t": t, "nu": layer.nu, "temperature": dyn["temperature"]}
-    delta = None
-    if layer.gate == "residual":
-        delta = torch.sigmoid(layer.raw_delta).view(1, -1, 1, 1)
-
+    """Yield ``y_1, y_2, ...`` of the shared-weight stack without end (see `stack_outputs`):
+    ``y_l = layer(y_{l-1}, t, memory=z)``."""
     y = z
     while True:
-        yv, query_source = values(y)
-        q = split_complex_heads(layer.query(query_source), heads)
-        if layer.separable:
-            estimate = afa.separable_afa(q, k, v, **scaled, **common).output
-        elif layer.tensor_form:
-            estimate = afa.tensor_afa(q, k, v, causal=layer.causal, **scaled, **common).output
-        else:
-            estimate = afa.isotropic_afa(
-                q, k, v, causal=layer.causal, block_size=layer.block_size, **scaled, **common
-            ).output
-        if delta is not None:
-            estimate = (1 - delta) * split_complex_heads(yv, heads) + delta * estimate
-        y = layer.out_proj(merge_complex_heads(estimate))
-        if not layer.complex_input:
-            y = complex_pairs.split(y)[0]
+        y, _ = layer(y, t, memory=z)
         yield y
 
 
@@ -381,11 +346,11 @@ def stacked_distances(
     outputs = stack_outputs(layer, torch.as_tensor(z_np, dtype=dtype), stamps_t, layers=layers)
     outputs = outputs.to(torch.float64).numpy()
 
-    dyn = layer.dynamics()
+    robust = layer.robust()
     options = {
-        "nu": _scalar("nu", layer.nu),
+        "nu": _scalar("nu", robust.nu),
         "family": "power",
-        "kappa": _scalar("temperature", dyn["temperature"]),
+        "kappa": _scalar("temperature", robust.temperature),
         "causal": layer.causal,
         "damping": 1.0 if layer.gate is None else _scalar("delta", torch.sigmoid(layer.raw_delta)),
     }

@@ -25,7 +25,16 @@ measurement variance ``eta^2 = softplus(r_eta)``, temperature ``softplus(r_tau)`
 Time: the layer's clock is ``dt * t`` with ``t`` the given stamps (default ``0, 1, ..., T-1``),
 so ``dt`` (``step``) sets the time scale (4.1: known or learned) and the prediction horizon is
 one unit of ``t``. Equivalently the dynamics are rescaled, ``(a, omega, sigma^2) -> dt (a,
-omega, sigma^2)``, which is what is passed to `kernels.functional.afa`.
+omega, sigma^2)`` (`Dynamics.scaled`), which is what is passed to `kernels.ops.afa`.
+
+Parameters in natural units: `AdaptiveFilterAttention.dynamics` (a `Dynamics`) and
+`AdaptiveFilterAttention.robust` (a `Robust`), the objects the functional forms take.
+
+Memory (seed 000 2.3: IRLS as stacked layers with shared weights): ``forward(x, memory=m)``
+takes queries from ``x`` and keys and values from ``m`` (same ``(B, T, E)``, same time stamps);
+the residual gate mixes the estimate with ``L_V(x)``, the values of the queries' source. With
+``memory=None`` (``m = x``) this is the layer; `verify.stacked_irls` iterates it with ``m`` the
+measurements and ``x`` the previous layer's output.
 """
 
 from __future__ import annotations
@@ -37,11 +46,14 @@ import torch
 from torch import nn
 
 from kernels._validation import check_heads, check_input
-from kernels.functional import afa, complex_pairs
+from kernels.backend import BACKENDS
 from kernels.layers.causal import finite_causal
 from kernels.layers.complex_linear import ComplexLinear, lift
 from kernels.layers.heads import merge_complex_heads, split_complex_heads
 from kernels.layers.parameters import inverse_softplus
+from kernels.ops import afa
+from kernels.ops.common import complex_pairs
+from kernels.ops.common.params import Dynamics, Robust
 
 GATES = ("residual", "prediction-gate", None)
 
@@ -80,7 +92,10 @@ class AdaptiveFilterAttention(nn.Module):
     process_noise : False fixes ``sigma^2 = 0`` (a buffer, not learned): the family of a system
         known to have no process noise, whose optimum lies on the boundary that the softplus
         map of a learned ``sigma^2`` reaches only as its parameter goes to ``-inf``.
-    block_size : queries per block of the isotropic form (memory ``O(block_size T)``).
+    block_size : queries per block of the isotropic form (memory ``O(block_size T)``; the tile
+        of the fused kernel, which takes powers of two >= 16).
+    backend : ``"auto"``, ``"torch"`` or ``"triton"``: passed to `kernels.ops.afa.isotropic_afa`
+        (the tensor and separable forms are torch only).
     generator : ``torch.Generator`` for the projections' initialisation.
     dtype, device : of the parameters.
     """
@@ -104,11 +119,14 @@ class AdaptiveFilterAttention(nn.Module):
         bias: bool = True,
         process_noise: bool = True,
         block_size: int | None = 64,
+        backend: str = "auto",
         generator: torch.Generator | None = None,
         dtype=None,
         device=None,
     ):
         super().__init__()
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, found {backend!r}")
         if not isinstance(process_noise, bool):
             raise TypeError(f"process_noise must be a bool, found {process_noise!r}")
         features = _complex_features(embed_dim, complex_input)
@@ -138,6 +156,7 @@ class AdaptiveFilterAttention(nn.Module):
         self.gate = gate
         self.predict = predict
         self.block_size = block_size
+        self.backend = backend
         factory = {"dtype": dtype, "device": device}
 
         def linear(imaginary_bias=True):
@@ -175,7 +194,7 @@ class AdaptiveFilterAttention(nn.Module):
             self.raw_nu = raw(nu, (num_heads,))
         else:
             self.register_parameter("raw_nu", None)
-        self.nu_value = float(nu)
+        self._nu = float(nu)
         if learn_step:
             self.raw_step = raw(step, ())
         else:
@@ -198,25 +217,29 @@ class AdaptiveFilterAttention(nn.Module):
     @property
     def nu(self) -> torch.Tensor | float:
         """``nu`` per head (H,) when learned, else the fixed number."""
-        return self.nu_value if self.raw_nu is None else nn.functional.softplus(self.raw_nu)
+        return self._nu if self.raw_nu is None else nn.functional.softplus(self.raw_nu)
 
-    def dynamics(self) -> dict[str, torch.Tensor]:
-        """The dynamics in natural units: decay ``a``, frequencies ``omega``, ``sigma^2``,
-        ``eta^2`` (per head, or per head and feature), temperature (H,)."""
+    def dynamics(self) -> Dynamics:
+        """The dynamics in natural units (unscaled by ``step``): decay ``a``, frequencies
+        ``omega`` (H, n), ``sigma^2``, ``eta^2`` (per head (H,), or per head and feature)."""
         softplus = nn.functional.softplus
-        return {
-            "decay": softplus(self.raw_decay),
-            "frequencies": self.frequencies,
-            "process_var": softplus(self.raw_process_var),
-            "measurement_var": softplus(self.raw_measurement_var),
-            "temperature": softplus(self.raw_temperature),
-        }
+        return Dynamics(
+            decay=softplus(self.raw_decay),
+            frequencies=self.frequencies,
+            process_var=softplus(self.raw_process_var),
+            measurement_var=softplus(self.raw_measurement_var),
+        )
+
+    def robust(self) -> Robust:
+        """The robust weighting: ``nu`` (`nu`) and the temperature (H,)."""
+        return Robust(nu=self.nu, temperature=nn.functional.softplus(self.raw_temperature))
 
     # ------------------------------------------------------------------ forward
     @finite_causal
-    def forward(self, x: torch.Tensor, t=None, *, need_weights: bool = False):
+    def forward(self, x: torch.Tensor, t=None, *, memory=None, need_weights: bool = False):
         """``x (B, T, E)``, ``t`` None or (T,) / (B, T) stamps -> ``(y (B, T, E), weights)``.
 
+        ``memory`` (B, T, E): the source of keys and values (module docstring); None: ``x``.
         ``weights`` (B, H, T, T) when ``need_weights``: the attention ``A`` of the isotropic
         form, its mean over the value features for the tensor form, and the robust weight
         matrix ``W`` for the separable form; else None.
@@ -224,29 +247,33 @@ class AdaptiveFilterAttention(nn.Module):
         check_input(x, self.embed_dim)
         z = x if self.complex_input else lift(x)
         zv = self.value(z)
-        source = zv if self.share_qk_values else z
+        if memory is None:
+            z_mem, mv = z, zv
+        else:
+            check_input(memory, self.embed_dim, name="memory")
+            if memory.shape != x.shape:
+                raise ValueError(
+                    f"memory must have the shape of x {tuple(x.shape)} (one time axis), "
+                    f"found {tuple(memory.shape)}"
+                )
+            z_mem = memory if self.complex_input else lift(memory)
+            mv = self.value(z_mem)
+        query_source = zv if self.share_qk_values else z
+        key_source = mv if self.share_qk_values else z_mem
         q, k, v = (
             split_complex_heads(u, self.num_heads)
-            for u in (self.query(source), self.key(source), zv)
+            for u in (self.query(query_source), self.key(key_source), mv)
         )
-        dyn = self.dynamics()
-        step = self.step
-        scaled = {
-            "decay": dyn["decay"] * step,
-            "frequencies": dyn["frequencies"] * step,
-            "process_var": dyn["process_var"] * step,
-            "measurement_var": dyn["measurement_var"],
-        }
-        result = self._attend(q, k, v, t, scaled, dyn["temperature"], need_weights)
+        dynamics = self.dynamics().scaled(self.step)
+        result = self._attend(q, k, v, t, dynamics, self.robust(), need_weights)
         estimate = result.output
         if self.gate == "residual":
             delta = torch.sigmoid(self.raw_delta).view(1, -1, 1, 1)
-            estimate = (1 - delta) * v + delta * estimate
+            own = v if memory is None else split_complex_heads(zv, self.num_heads)
+            estimate = (1 - delta) * own + delta * estimate
         out = estimate
         if self.predict:
-            out = afa.predict(
-                estimate, decay=scaled["decay"], frequencies=scaled["frequencies"], step=1.0
-            )
+            out = afa.predict(estimate, dynamics=dynamics, step=1.0)
         if self.gate == "prediction-gate":
             g = torch.sigmoid(self.raw_gate)
             g = torch.cat((g, g), dim=-1)[None, :, None, :]
@@ -259,14 +286,20 @@ class AdaptiveFilterAttention(nn.Module):
             weights = weights.mean(-1)
         return y, weights
 
-    def _attend(self, q, k, v, t, scaled, temperature, need_weights):
-        common = {"t": t, "nu": self.nu, "temperature": temperature, "return_weights": need_weights}
+    def _attend(self, q, k, v, t, dynamics: Dynamics, robust: Robust, need_weights):
+        common = {"t": t, "dynamics": dynamics, "robust": robust, "return_weights": need_weights}
         if self.separable:
-            return afa.separable_afa(q, k, v, **scaled, **common)
+            return afa.separable_afa(q, k, v, **common)
         if self.tensor_form:
-            return afa.tensor_afa(q, k, v, causal=self.causal, **scaled, **common)
+            return afa.tensor_afa(q, k, v, causal=self.causal, **common)
         return afa.isotropic_afa(
-            q, k, v, causal=self.causal, block_size=self.block_size, **scaled, **common
+            q,
+            k,
+            v,
+            causal=self.causal,
+            block_size=self.block_size,
+            backend=self.backend,
+            **common,
         )
 
     # ------------------------------------------------------------------ oracle construction

@@ -9,7 +9,7 @@ Per head, with ``n = E / H`` complex features (real pairs ``[re | im]``)::
     Y = U_v + U^,   U~ = gamma_2 Y / max(|Y|, eps)                 geodesic (normalisation) step
     Zo = L_O(m^ U~);   out = x + FFN(Re Zo),   FFN = L_2 . ReLU . L_1
 
-Both attentions are :func:`kernels.functional.afa.isotropic_afa` (Algorithm 1 without its
+Both attentions are :func:`kernels.ops.afa.isotropic_afa` (Algorithm 1 without its
 projections): each has its own decay, noise variances and temperature per head; the direction
 attention also has rotation frequencies. Section 5.5 derives it from RT-AFA
 (:mod:`kernels.layers.rt_afa`) by assuming the transported magnitudes nearly constant across
@@ -39,12 +39,14 @@ import torch
 from torch import nn
 
 from kernels._validation import check_heads, check_input
-from kernels.functional import complex_pairs
-from kernels.functional.afa import isotropic_afa
+from kernels.backend import BACKENDS
 from kernels.layers.causal import finite_causal
 from kernels.layers.complex_linear import ComplexLinear, lift
 from kernels.layers.heads import merge_complex_heads, split_complex_heads
 from kernels.layers.parameters import inverse_softplus, seeded_linear
+from kernels.ops.afa import isotropic_afa
+from kernels.ops.common import complex_pairs
+from kernels.ops.common.params import Dynamics, Robust
 
 PARTS = ("magnitude", "direction")
 
@@ -80,7 +82,9 @@ class AFATransformerBlock(nn.Module):
         default 1 is Algorithm 1's printed ``-log(V + |R|^2)``.
     eps : > 0, floor on the norms of the normalisations.
     bias : biases of the projections (``L_O``'s is real: only ``Re L_O`` is used).
-    block_size : query rows per block of the attentions.
+    block_size : query rows per block of the attentions (the fused kernel's tile).
+    backend : ``"auto"``, ``"torch"`` or ``"triton"`` for both attentions
+        (`kernels.ops.afa.isotropic_afa`).
     generator : ``torch.Generator`` for the initialisation of every weight.
     dtype, device : of the parameters.
     """
@@ -97,11 +101,14 @@ class AFATransformerBlock(nn.Module):
         eps: float = 1e-6,
         bias: bool = True,
         block_size: int | None = 128,
+        backend: str = "auto",
         generator: torch.Generator | None = None,
         dtype=None,
         device=None,
     ):
         super().__init__()
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, found {backend!r}")
         head_features = check_heads(embed_dim, num_heads)
         ffn_hidden = 4 * embed_dim if ffn_hidden is None else ffn_hidden
         if isinstance(ffn_hidden, bool) or not isinstance(ffn_hidden, int) or ffn_hidden < 1:
@@ -118,6 +125,7 @@ class AFATransformerBlock(nn.Module):
         self.nu = float(nu)
         self.eps = float(eps)
         self.block_size = block_size
+        self.backend = backend
         factory = {"dtype": dtype, "device": device}
 
         def complex_linear(with_bias=bias):
@@ -149,20 +157,26 @@ class AFATransformerBlock(nn.Module):
         self.gamma_2 = nn.Parameter(torch.ones(num_heads, **factory))
 
     # ------------------------------------------------------------------ parameters
-    def dynamics(self, part: str) -> dict:
+    def dynamics(self, part: str) -> Dynamics:
         """Natural-unit dynamics of ``"magnitude"`` or ``"direction"`` (each (H,), frequencies
-        (H, n) for the direction and None for the magnitude): the keywords of
-        :func:`~kernels.functional.afa.isotropic_afa` before the time scaling."""
+        (H, n) for the direction and None for the magnitude), before the time scaling."""
         if part not in PARTS:
             raise ValueError(f"part must be one of {PARTS}, found {part!r}")
         softplus = nn.functional.softplus
-        return {
-            "decay": softplus(getattr(self, f"raw_{part}_decay")),
-            "frequencies": self.frequencies if part == "direction" else None,
-            "process_var": softplus(getattr(self, f"raw_{part}_process_var")),
-            "measurement_var": softplus(getattr(self, f"raw_{part}_measurement_var")),
-            "temperature": softplus(getattr(self, f"raw_{part}_temperature")),
-        }
+        return Dynamics(
+            decay=softplus(getattr(self, f"raw_{part}_decay")),
+            frequencies=self.frequencies if part == "direction" else None,
+            process_var=softplus(getattr(self, f"raw_{part}_process_var")),
+            measurement_var=softplus(getattr(self, f"raw_{part}_measurement_var")),
+        )
+
+    def robust(self, part: str) -> Robust:
+        """The robust weighting of ``part``'s attention: the block's ``nu``, the part's
+        temperature (H,)."""
+        if part not in PARTS:
+            raise ValueError(f"part must be one of {PARTS}, found {part!r}")
+        temperature = nn.functional.softplus(getattr(self, f"raw_{part}_temperature"))
+        return Robust(nu=self.nu, temperature=temperature)
 
     @torch.no_grad()
     def set_dynamics(
@@ -216,26 +230,16 @@ class AFATransformerBlock(nn.Module):
         u_q, u_k, u_v = gamma_1 * q / m_q, gamma_1 * k / m_k, gamma_1 * v / m_v
         common = {
             "t": t,
-            "nu": self.nu,
             "causal": self.causal,
             "return_weights": need_weights,
             "block_size": self.block_size,
+            "backend": self.backend,
         }
         results = []
         for part, inputs in (("magnitude", (m_q, m_k, m_v)), ("direction", (u_q, u_k, u_v))):
-            dyn = self.dynamics(part)
+            dynamics = self.dynamics(part).scaled(self.step)
             results.append(
-                isotropic_afa(
-                    *inputs,
-                    decay=dyn["decay"] * self.step,
-                    frequencies=None
-                    if dyn["frequencies"] is None
-                    else dyn["frequencies"] * self.step,
-                    process_var=dyn["process_var"] * self.step,
-                    measurement_var=dyn["measurement_var"],
-                    temperature=dyn["temperature"],
-                    **common,
-                )
+                isotropic_afa(*inputs, dynamics=dynamics, robust=self.robust(part), **common)
             )
         magnitude, direction = results
         y = u_v + direction.output

@@ -16,11 +16,11 @@ import torch
 from torch import nn
 
 from kernels import _validation
-from kernels.functional import baselines
-from kernels.functional import positional as posenc
 from kernels.layers import heads as heads_mod
 from kernels.layers.causal import finite_causal
 from kernels.layers.parameters import seeded_linear
+from kernels.ops import baselines
+from kernels.ops.common import positional as posenc
 
 POSITIONAL = ("sinusoidal", "learned", None)
 # Standard deviation of the learned position table at initialisation (GPT-2's convention).
@@ -76,7 +76,7 @@ class _ProjectedAttention(nn.Module):
 
 
 class RotaryAttention(_ProjectedAttention):
-    """Multi-head rotary attention (seed 004 B1), `kernels.functional.baselines.rope_attention`.
+    """Multi-head rotary attention (seed 004 B1), `kernels.ops.baselines.rope_attention`.
 
     Parameters
     ----------
@@ -133,7 +133,7 @@ class RotaryAttention(_ProjectedAttention):
 
 class ALiBiAttention(_ProjectedAttention):
     """Multi-head ALiBi attention (seed 004 B2): bias ``-m_h |t_i - t_j|``, slopes
-    ``2^(-8h/H)`` (`kernels.functional.positional.alibi_slopes`). Arguments as in
+    ``2^(-8h/H)`` (`kernels.ops.common.positional.alibi_slopes`). Arguments as in
     `RotaryAttention` (no ``base``; any ``head_dim``)."""
 
     def __init__(
@@ -176,10 +176,10 @@ class DecayedRotaryAttention(_ProjectedAttention):
     """Decayed RoPE (seed 004 B3) and, with ``spectral_coupling=True``, SC-RoPE (B4).
 
     Frequencies and fixed per-head decays: with ``spectral_coupling`` the band-split bank of
-    `kernels.functional.positional.spectral_coupling` and ``mu_h = damping * max omega_h``
+    `kernels.ops.common.positional.spectral_coupling` and ``mu_h = damping * max omega_h``
     (``zero_decay_heads`` heads at 0); otherwise RoPE's full bank in every head with the same
     spread of decays, or the given ``decay`` (scalar or (H,)). ``decay_mode`` as in
-    `kernels.functional.baselines.decayed_rope_attention`. Other arguments as in
+    `kernels.ops.baselines.decayed_rope_attention`. Other arguments as in
     `RotaryAttention`.
     """
 
@@ -262,7 +262,7 @@ class SoftmaxAttention(_ProjectedAttention):
     """Softmax attention with an additive positional embedding (seed 000 4.2, Fig. 3 baseline).
 
     ``positional="sinusoidal"``: ``x + PE(t)`` with the sinusoidal table of Vaswani et al. at
-    the real stamps ``t`` (`kernels.functional.positional.sinusoidal_embedding`).
+    the real stamps ``t`` (`kernels.ops.common.positional.sinusoidal_embedding`).
     ``"learned"``: ``x + W[t]`` for a learned ``(max_len, E)`` table (``N(0, 0.02^2)`` init, as
     GPT-2's position table), read by
     linear interpolation at real ``t`` in ``[0, max_len - 1]``. ``None``: no positional

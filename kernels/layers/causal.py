@@ -19,25 +19,38 @@ import torch
 
 
 def finite_causal(forward):
-    """Decorate ``forward(self, x, t=None, *, need_weights=False) -> (out, weights)``."""
+    """Decorate ``forward(self, x, t=None, *, need_weights=False) -> (out, weights)``.
+
+    A ``memory`` keyword (B, T, E) (the keys' and values' source of a layer that takes one) is
+    read at the same steps as ``x``: a non-finite entry in either counts.
+    """
 
     @functools.wraps(forward)
     def wrapped(self, x, *args, **kwargs):
         if not (getattr(self, "causal", True) and isinstance(x, torch.Tensor) and x.ndim == 3):
             return forward(self, x, *args, **kwargs)
+        memory = kwargs.get("memory")
+        if not (isinstance(memory, torch.Tensor) and memory.shape == x.shape):
+            memory = None  # absent, or malformed: the layer names it
         finite = torch.isfinite(x).all(dim=-1)  # (B, T)
+        if memory is not None:
+            finite = finite & torch.isfinite(memory).all(dim=-1)
         if bool(finite.all()):
             return forward(self, x, *args, **kwargs)
         steps = torch.arange(x.shape[1], device=x.device)
         first = torch.where(finite, x.shape[1], steps).min(dim=1).values  # (B,)
         reads_it = steps >= first[:, None]  # (B, T): rows that read a non-finite step
-        clean = forward(
-            self, torch.where(torch.isfinite(x), x, torch.zeros_like(x)), *args, **kwargs
-        )
+        kwargs_clean = kwargs if memory is None else {**kwargs, "memory": _zeroed(memory)}
+        clean = forward(self, _zeroed(x), *args, **kwargs_clean)
         dirty = forward(self, x, *args, **kwargs)
         return tuple(_rows(reads_it, d, c) for d, c in zip(dirty, clean, strict=True))
 
     return wrapped
+
+
+def _zeroed(x: torch.Tensor) -> torch.Tensor:
+    """``x`` with its non-finite entries set to 0."""
+    return torch.where(torch.isfinite(x), x, torch.zeros_like(x))
 
 
 def _rows(reads_it: torch.Tensor, dirty, clean):

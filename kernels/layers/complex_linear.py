@@ -18,7 +18,7 @@ import math
 import torch
 from torch import nn
 
-from kernels.functional import complex_pairs
+from kernels.ops.common import complex_pairs
 
 
 class ComplexLinear(nn.Module):

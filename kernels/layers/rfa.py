@@ -5,7 +5,9 @@ Real-valued implementation of seed 004 D.1: the query, key and value maps are si
 read as ``[all real parts | all imaginary parts]`` of ``H n`` complex features (``n`` per head,
 default ``E / H``, so the maps are the paper's ``d -> 2d``); the output map is
 ``nn.Linear(2 H n, E)``, ``L^{C->R}(y) = [W_r, -W_i] y + b_r``, the real part of a complex
-linear map. Each head runs `kernels.functional.rfa.rfa_attention` with its own dynamics.
+linear map. Each head runs `kernels.ops.rfa.rfa_attention` with its own dynamics: the layer's
+`RobustFilterAttention.dynamics` (a `Dynamics`), `RobustFilterAttention.robust` (a `Robust`) and
+`RobustFilterAttention.anchor_var`, on the ``backend`` and tile ``block_size`` it was built with.
 
 Parameters per head and their maps (``softplus(x) = log(1 + e^x)``):
 
@@ -22,7 +24,7 @@ Parameters per head and their maps (``softplus(x) = log(1 + e^x)``):
 * inverse temperature ``tau_s = softplus(raw)``, initialised at 1.
 
 Initialisation (D.2): decays ``mu_h = b max(omega_h)`` of the spectral coupling
-(`kernels.functional.positional.spectral_coupling`, ``b = damping``, 2 of 8 heads at 0); with
+(`kernels.ops.common.positional.spectral_coupling`, ``b = damping``, 2 of 8 heads at 0); with
 ``spectral_coupling`` the heads also get the coupled frequency bands (SC-RFA, M2), otherwise
 every head has RoPE's full bank (RFA, M1). Steady-state process variance ``sigma~^2 = 0.1`` in
 every head (``sigma^2 = 2 mu sigma~^2``, plus ``1e-4`` so zero-decay heads stay representable
@@ -41,10 +43,14 @@ from torch import nn
 from torch.nn import functional as F
 
 from kernels import _validation
-from kernels.functional import baselines, positional, rfa
+from kernels.backend import BACKENDS
 from kernels.layers import heads as heads_mod
 from kernels.layers.causal import finite_causal
 from kernels.layers.parameters import inverse_softplus
+from kernels.ops import rfa
+from kernels.ops.common import positional
+from kernels.ops.common.attention import head_parameter
+from kernels.ops.common.params import Dynamics, Robust
 
 # Initial steady-state process variance, measurement and anchor variances (seed 004 D.2 and
 # the public code's targets): integrative start, eta^2 > sigma~^2.
@@ -80,8 +86,11 @@ class RobustFilterAttention(nn.Module):
     nu : initial ``nu`` (> 2; default ``4 n``) or ``math.inf`` for the fixed limit.
     temperature : initial inverse temperature ``tau_s``.
     weight_kernel, precision_prior, precision_gate, rotate_qk, rotate_values, unitary_limit :
-        the ablations M2.1-M2.6 of `kernels.functional.rfa`.
+        the ablations M2.1-M2.6 of `kernels.ops.rfa`.
     bias : projection biases (the drift / measurement-bias terms of seed 004 C.2).
+    block_size : query rows per block (the fused kernel's tile, a power of two >= 16 there);
+        None: the functional's default.
+    backend : ``"auto"``, ``"torch"`` or ``"triton"``, passed to `kernels.ops.rfa.rfa_attention`.
     generator, device, dtype : initialisation RNG and factory options.
     """
 
@@ -112,11 +121,15 @@ class RobustFilterAttention(nn.Module):
         rotate_values: bool = True,
         unitary_limit: bool = False,
         bias: bool = True,
+        block_size: int | None = None,
+        backend: str = "auto",
         generator: torch.Generator | None = None,
         device=None,
         dtype=None,
     ):
         super().__init__()
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, found {backend!r}")
         default = _validation.check_heads(embed_dim, num_heads)
         n = default if head_dim is None else head_dim
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
@@ -140,6 +153,8 @@ class RobustFilterAttention(nn.Module):
         self.conjugate_pairs = conjugate_pairs
         self.steady_state = steady_state
         self.variance_floor = float(variance_floor)
+        self.block_size = block_size
+        self.backend = backend
         self.options = {
             "weight_kernel": weight_kernel,
             "precision_prior": precision_prior,
@@ -173,7 +188,7 @@ class RobustFilterAttention(nn.Module):
         mu = spectrum.decay
         if decay is not None:
             like = torch.empty(0, dtype=torch.float64)
-            mu = baselines.head_parameter("decay", decay, num_heads, like).flatten()
+            mu = head_parameter("decay", decay, num_heads, like).flatten()
         self._store("frequencies", omega.clone(), learn_frequencies, factory)
         self.learn_decay = learn_decay
         raw_mu = inverse_softplus(mu + _INIT_OFFSET) if learn_decay else mu.clone()
@@ -225,31 +240,34 @@ class RobustFilterAttention(nn.Module):
 
     # ---- parameters -------------------------------------------------------------------------
 
-    def dynamics(self) -> dict:
-        """The effective per-head parameters passed to `rfa_attention`.
-
-        Keys: ``decay`` (H,), ``frequencies`` (H, n), ``process_var``, ``measurement_var``,
-        ``anchor_var`` (H,) or 0, ``nu`` (H,) or ``math.inf``, ``temperature`` (H,).
-        """
+    def dynamics(self) -> Dynamics:
+        """The effective per-head dynamics passed to `rfa_attention`: ``decay`` (H,),
+        ``frequencies`` (H, n) (conjugate pairs stacked), ``process_var`` (``sigma^2``, or
+        ``sigma~^2`` with ``steady_state``), ``measurement_var`` (H,)."""
         decay = F.softplus(self.decay_param) if self.learn_decay else self.decay_param
         omega = self.frequencies
         if self.conjugate_pairs:
             omega = positional.conjugate_frequencies(omega)
-        anchor = 0.0
-        if self.raw_anchor_var is not None:
-            anchor = F.softplus(self.raw_anchor_var) + self.variance_floor
+        return Dynamics(
+            decay=decay,
+            frequencies=omega,
+            process_var=F.softplus(self.raw_process_var),
+            measurement_var=F.softplus(self.raw_measurement_var) + self.variance_floor,
+        )
+
+    def robust(self) -> Robust:
+        """``nu`` (H,) or ``math.inf`` and the inverse temperature ``tau_s`` (H,)."""
         nu = math.inf
         if self.raw_nu is not None:
             nu = _NU_MIN + self.head_dim * F.softplus(self.raw_nu)
-        return {
-            "decay": decay,
-            "frequencies": omega,
-            "process_var": F.softplus(self.raw_process_var),
-            "measurement_var": F.softplus(self.raw_measurement_var) + self.variance_floor,
-            "anchor_var": anchor,
-            "nu": nu,
-            "temperature": F.softplus(self.raw_temperature),
-        }
+        return Robust(nu=nu, temperature=F.softplus(self.raw_temperature))
+
+    @property
+    def anchor_var(self):
+        """The query-side (anchor) variance ``gamma^2`` (H,), or 0 without ``anchor_noise``."""
+        if self.raw_anchor_var is None:
+            return 0.0
+        return F.softplus(self.raw_anchor_var) + self.variance_floor
 
     @torch.no_grad()
     def load_dynamics(
@@ -276,11 +294,11 @@ class RobustFilterAttention(nn.Module):
             out = (torch.as_tensor(value, dtype=torch.float64) - offset) / scale
             if not (out > 0).all():
                 raise ValueError(f"{name} must exceed {offset:g}, found {value!r}")
-            return baselines.head_parameter(name, out, H, like).flatten()
+            return head_parameter(name, out, H, like).flatten()
 
         if decay is not None:
             like = torch.empty(0, dtype=torch.float64)
-            mu = baselines.head_parameter("decay", decay, H, like).flatten()
+            mu = head_parameter("decay", decay, H, like).flatten()
             raw = inverse_softplus(mu) if self.learn_decay else mu
             self.decay_param.copy_(raw)
         if frequencies is not None:
@@ -356,10 +374,14 @@ class RobustFilterAttention(nn.Module):
             k,
             v,
             t=t,
+            dynamics=self.dynamics(),
+            robust=self.robust(),
+            anchor_var=self.anchor_var,
             causal=self.causal,
             steady_state=self.steady_state,
             return_weights=need_weights,
-            **self.dynamics(),
+            block_size=self.block_size,
+            backend=self.backend,
             **self.options,
         )
         out = self.out_proj(heads_mod.merge_complex_heads(result.output))

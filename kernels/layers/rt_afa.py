@@ -11,10 +11,10 @@ shared and split into heads, as in ``nn.MultiheadAttention`` and
     prediction         Z+ = e^{(-a + i omega) dt} Zbar                            (3.1)
     y = Re L_P(Z+)                   (real pairs with complex_input=True)
 
-:func:`kernels.functional.rt_afa.rt_afa` documents the attention and its corrections of the
+:func:`kernels.ops.rt.rt_afa` documents the attention and its corrections of the
 printed algorithm. Algorithm 2 writes the prediction as ``E_v[:, 1] . Zbar`` (decay only); the
 transition of the model also rotates, ``e^{-a dt} e^{i omega dt}`` (Algorithm 1 and 3.1), which
-is used here (:func:`kernels.functional.afa.predict`).
+is used here (:func:`kernels.ops.afa.predict`).
 
 Parameter maps (``softplus(r) = log(1 + e^r)``, initialised through its inverse): decay
 ``a = softplus(r_a)`` (Algorithm 2's ``alpha^2``), variances ``sigma_r^2, sigma_t^2, eta_r^2,
@@ -39,12 +39,13 @@ import torch
 from torch import nn
 
 from kernels._validation import check_heads, check_input
-from kernels.functional import afa, complex_pairs
-from kernels.functional.rt_afa import rt_afa
 from kernels.layers.causal import finite_causal
 from kernels.layers.complex_linear import ComplexLinear, lift
 from kernels.layers.heads import merge_complex_heads, split_complex_heads
 from kernels.layers.parameters import inverse_softplus
+from kernels.ops import afa
+from kernels.ops.common import complex_pairs
+from kernels.ops.rt import rt_afa
 
 GATES = ("residual", None)
 

@@ -2,7 +2,7 @@
 
 :class:`RTRobustFilterAttention` is Algorithm 1 steps 1-6 as an attention branch: real-to-complex
 projections ``L_q, L_k, L_v`` (``E`` reals -> ``E`` complex features, ``E/H`` per head), the
-functional :func:`kernels.functional.rt_rfa.rt_rfa` per head, and the complex-to-real output map
+functional :func:`kernels.ops.rt.rt_rfa` per head, and the complex-to-real output map
 ``L_o`` (``[W_r, -W_i] u + b_r``, seed 004 D.1). It returns ``Z_bar = L_o(U_bar)`` without the
 residual, like ``nn.MultiheadAttention``.
 
@@ -43,12 +43,12 @@ import torch
 from torch import nn
 
 from kernels._validation import check_heads, check_input
-from kernels.functional import complex_pairs
-from kernels.functional.rt_rfa import rt_rfa
 from kernels.layers.causal import finite_causal
 from kernels.layers.complex_linear import ComplexLinear
 from kernels.layers.heads import merge_complex_heads, split_complex_heads
 from kernels.layers.parameters import inverse_softplus
+from kernels.ops.common import complex_pairs
+from kernels.ops.rt import rt_rfa
 
 UPDATES = ("first-order", "geodesic")
 # Stability constant of eq. 10 (``m^2 + eps``): a zero-magnitude value token gets a large but
@@ -107,7 +107,7 @@ class RTRobustFilterAttention(nn.Module):
     num_heads : ``H``, dividing ``E`` (each head has ``E/H`` complex features).
     causal : attend to keys ``j <= i`` only (default).
     magnitude_precision, normalize_qkv, tangent_residual : the three modifications
-        (seed 003 section 3.6), as in :func:`kernels.functional.rt_rfa.rt_rfa`.
+        (seed 003 section 3.6), as in :func:`kernels.ops.rt.rt_rfa`.
     robust : learn a finite ``nu`` (Student-t logits); False uses the ``nu -> inf`` limit
         ``log P - d^2 / n`` (digest C25).
     learn_frequencies : make the RoPE frequencies a parameter.

@@ -2,7 +2,7 @@
 
 ``x (B, T, E) -> out (B, T, E)``: lift to complex (zero imaginary part), project with ``L_V``
 (a :class:`~kernels.layers.complex_linear.ComplexLinear`) into per-head eigen-coordinates,
-run the iteratively reweighted recursive filter :func:`kernels.functional.unrolled_afa.unrolled_afa`
+run the iteratively reweighted recursive filter :func:`kernels.ops.unrolled.unrolled_afa`
 per head (``K`` inner iterations per step, ``O(K T E)`` time, ``O(T E)`` memory, no ``(T, T)``
 matrix), map back with ``L_P`` and keep the real part (seed 000 4.1, Algorithm 4's last lines).
 
@@ -82,14 +82,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from kernels._validation import check_heads, check_input
-from kernels.functional import complex_pairs
-from kernels.functional.lags import relaxation
-from kernels.functional.unrolled_afa import METHODS, WEIGHTS, unrolled_afa
 from kernels.layers.afa import AdaptiveFilterAttention
 from kernels.layers.causal import finite_causal
 from kernels.layers.complex_linear import ComplexLinear, UnitaryLinear, lift
 from kernels.layers.heads import merge_complex_heads, split_complex_heads
 from kernels.layers.parameters import inverse_softplus
+from kernels.ops.common import complex_pairs
+from kernels.ops.common.lags import relaxation
+from kernels.ops.common.params import Dynamics, Robust
+from kernels.ops.unrolled import METHODS, WEIGHTS, unrolled_afa
 
 BASES = ("learned", "tied", "unitary", "identity")
 # Initial frequencies ``omega_k = base^{-k/n}`` (RoPE's, as the batch AFA layer).
@@ -252,6 +253,15 @@ class UnrolledAdaptiveFilterAttention(nn.Module):
         """``delta = sigmoid(raw_damping)`` (H,); exactly 1 where ``raw_damping = inf``."""
         return torch.sigmoid(self.raw_damping)
 
+    def dynamics(self) -> Dynamics:
+        """The dynamics in natural units (unscaled by ``step``): `decay`, `frequencies`,
+        `process_var`, `measurement_var`, each per head."""
+        return Dynamics(self.decay, self.frequencies, self.process_var, self.measurement_var)
+
+    def robust(self) -> Robust:
+        """The robust weighting: `nu` and `temperature` per head."""
+        return Robust(nu=self.nu, temperature=self.temperature)
+
     @torch.no_grad()
     def set_parameters(
         self,
@@ -359,18 +369,14 @@ class UnrolledAdaptiveFilterAttention(nn.Module):
         check_input(x, self.embed_dim)
         values = lift(x) if self.value_proj is None else self.value_proj(lift(x))
         values = split_complex_heads(values, self.num_heads)
-        decay = self.decay * self.step
-        frequencies = self.frequencies * self.step
+        dynamics = self.dynamics().scaled(self.step)
+        decay, frequencies = dynamics.decay, dynamics.frequencies
         result = unrolled_afa(
             values,
             t=t,
-            decay=decay,
-            frequencies=frequencies,
-            process_var=self.process_var * self.step,
-            measurement_var=self.measurement_var,
-            nu=self.nu,
+            dynamics=dynamics,
+            robust=self.robust(),
             iterations=self.iterations,
-            temperature=self.temperature,
             damping=self.damping,
             weight=self.weight,
             method=self.method,
@@ -447,8 +453,7 @@ class UnrolledAdaptiveFilterAttention(nn.Module):
         ref = afa_module.raw_decay
         step = afa_module.step
         step = float(step.detach()) if isinstance(step, torch.Tensor) else float(step)
-        nu = afa_module.nu
-        dynamics = afa_module.dynamics()
+        dynamics, robust = afa_module.dynamics(), afa_module.robust()
         layer = cls(
             afa_module.embed_dim,
             afa_module.num_heads,
@@ -463,13 +468,14 @@ class UnrolledAdaptiveFilterAttention(nn.Module):
         layer.value_proj.load_state_dict(afa_module.value.state_dict())
         layer.out_proj.load_state_dict(afa_module.out_proj.state_dict())
         delta = 1.0 if afa_module.gate is None else torch.sigmoid(afa_module.raw_delta.detach())
+        nu = robust.nu
         layer.set_parameters(
-            decay=dynamics["decay"].detach(),
-            frequencies=dynamics["frequencies"].detach(),
-            process_var=dynamics["process_var"].detach(),
-            measurement_var=dynamics["measurement_var"].detach(),
+            decay=dynamics.decay.detach(),
+            frequencies=dynamics.frequencies.detach(),
+            process_var=dynamics.process_var.detach(),
+            measurement_var=dynamics.measurement_var.detach(),
             nu=nu.detach() if isinstance(nu, torch.Tensor) else nu,
-            temperature=dynamics["temperature"].detach(),
+            temperature=robust.temperature.detach(),
             damping=delta,
         )
         return layer

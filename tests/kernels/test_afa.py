@@ -16,8 +16,11 @@ import torch
 
 from estimators import irls, mle
 from estimators.closed_forms import measurement, separable
-from kernels.functional import afa, complex_pairs
 from kernels.layers.afa import AdaptiveFilterAttention
+from kernels.ops import afa
+from kernels.ops.afa import naive
+from kernels.ops.afa.precision import log_separable_precision
+from kernels.ops.common import complex_pairs
 from sde_sim import (
     EveryKSteps,
     GaussianInitial,
@@ -315,35 +318,11 @@ def test_drift_biases_give_the_inhomogeneous_mle():
 # ---------------------------------------------------------------------------------------------
 
 
-def _loop_afa(zq, zk, zv, t, qk, vd, *, nu, temperature, causal):
-    """Seed 000 3.1 written out for one head in ``torch.complex128``, a loop over (i, j).
-
-    ``zq, zk`` (T, n), ``zv`` (T, nv) complex tensors; ``t`` (T,) numpy; ``qk``/``vd``:
-    ``(lambda (n,), sigma^2 (n,), eta^2 (n,))`` numpy. The precisions are the float64 closed
-    form `estimators.closed_forms.measurement.eigen_measurement_variances` (seed convention
-    ``dt = t_j - t_i``; the A.3 ``sign(dt)`` form for non-causal keys).
-    """
-
-    def precision(dyn, tau):
-        return torch.as_tensor(1 / measurement.eigen_measurement_variances(*dyn, -tau))
-
-    steps, nv = zv.shape
-    out = torch.zeros(steps, nv, dtype=torch.complex128)
-    attn = torch.zeros(steps, steps, nv, dtype=F64)
-    lam_qk, lam_v = torch.as_tensor(qk[0]), torch.as_tensor(vd[0])
-    for i in range(steps):
-        keys = [j for j in range(steps) if j <= i or not causal]
-        tilde = torch.zeros(len(keys), nv, dtype=F64)
-        for col, j in enumerate(keys):
-            tau = t[i] - t[j]
-            residual = zq[i] - torch.exp(lam_qk * tau) * zk[j]
-            d2 = torch.sum(precision(qk, tau) * residual.abs() ** 2)
-            tilde[col] = (1 + d2 / nu) ** -temperature * precision(vd, tau)
-        a = tilde / tilde.sum(dim=0)
-        for col, j in enumerate(keys):
-            out[i] += a[col] * torch.exp(lam_v * (t[i] - t[j])) * zv[j]
-            attn[i, j] = a[col]
-    return out, attn
+def _estimators_variance(lam, process_var, measurement_var, tau):
+    """The oracle's propagated variance from the float64 closed form
+    `estimators.closed_forms.measurement.eigen_measurement_variances` (seed convention
+    ``dt = t_j - t_i``; the A.3 ``sign(dt)`` form for non-causal keys)."""
+    return measurement.eigen_measurement_variances(lam, process_var, measurement_var, -tau)
 
 
 def _random_heads(gen, heads, n, nv, *, per_feature):
@@ -404,7 +383,7 @@ def test_tensor_form_equals_the_complex_loop(causal, nu, temperature):
             )
 
         zq, zk, zv = (complex_pairs.to_complex(x[0, h]) for x in (q, k, v))
-        out, attn = _loop_afa(
+        out, attn = naive.afa_loop(
             zq,
             zk,
             zv,
@@ -414,6 +393,7 @@ def test_tensor_form_equals_the_complex_loop(causal, nu, temperature):
             nu=nu,
             temperature=temperature,
             causal=causal,
+            variance=_estimators_variance,
         )
         assert_close(
             f"head {h} estimate",
@@ -477,7 +457,7 @@ def test_real_features_without_rotation_any_width():
                 np.full(1, p["measurement_var"][h].item()),
             )
             dyn_v = tuple(np.repeat(x, 3) for x in dyn_qk)
-            out, _ = _loop_afa(
+            out, _ = naive.afa_loop(
                 q[0, h].to(torch.complex128),
                 k[0, h].to(torch.complex128),
                 v[0, h].to(torch.complex128),
@@ -487,6 +467,7 @@ def test_real_features_without_rotation_any_width():
                 nu=1.5,
                 temperature=1.0,
                 causal=causal,
+                variance=_estimators_variance,
             )
             assert_close("real loop", iso.output[0, h], out.real, atol=SAME_FORMULA_ATOL)
 
@@ -549,7 +530,7 @@ def test_separable_precision_matches_its_float64_closed_form(nu):
         )
         lag = np.linspace(0.0, 4.0, 9)
         precision = torch.exp(
-            afa._log_separable_precision(
+            log_separable_precision(
                 _t(lag)[:, None], qk["decay"][h], qk["process_var"][h], qk["measurement_var"][h]
             )
         )

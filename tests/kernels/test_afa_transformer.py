@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from kernels.functional import complex_pairs
 from kernels.layers.afa_transformer import AFATransformerBlock
 from kernels.layers.heads import merge_complex_heads, split_complex_heads
+from kernels.ops.afa import naive
+from kernels.ops.common import complex_pairs
 from tests.kernels.helpers import assert_close
 
 F64 = torch.float64
@@ -52,66 +53,39 @@ def _random(shape, seed):
     return torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=F64)
 
 
-def _variance(s, a, s2, e2):
-    """Propagated variance at lag ``s`` (forward for s >= 0, backward for s < 0; seed 000 A.3)."""
-    phi = -math.expm1(-2 * a * abs(s)) / (2 * a)
-    if s >= 0:
-        return s2 * phi + e2 * math.exp(-2 * a * s)
-    return math.exp(2 * a * abs(s)) * (s2 * phi + e2)
-
-
-def _afa_loop(q, k, v, t, i, dyn, nu, causal):
-    """One query of AFA (3.1 with isotropic dynamics): weights and ``sum_j A e^{lambda s} v_j``.
-
-    ``q, k, v`` complex (T, n) numpy arrays; ``dyn`` natural-unit floats already scaled by the
-    step; frequencies an (n,) array or None.
-    """
-    a, w = dyn["decay"], dyn["frequencies"]
-    logits, transports = [], []
-    for j in range(len(t)):
-        if causal and j > i:
-            continue
-        s = t[i] - t[j]
-        lam = -a + (1j * w if w is not None else 0.0)
-        transport = np.exp(lam * s)
-        var = _variance(s, a, dyn["process_var"], dyn["measurement_var"])
-        r2 = np.sum(np.abs(q[i] - transport * k[j]) ** 2)
-        logits.append(-math.log(var) - dyn["temperature"] * math.log1p(r2 / (nu * var)))
-        transports.append((j, transport))
-    logits = np.array(logits)
-    weights = np.exp(logits - logits.max())
-    weights /= weights.sum()
-    return sum(wt * tr * v[j] for wt, (j, tr) in zip(weights, transports, strict=True))
-
-
 def _loop_attention(block, q, k, v, t):
     """Algorithm 3 between the projections, one (sequence, head, query) at a time."""
     qc, kc, vc = (complex_pairs.to_complex(x.detach()).numpy() for x in (q, k, v))
     out = np.zeros_like(qc)
     eps, step = block.eps, block.step
     for h in range(q.shape[1]):
-        dyn = {}
+        dyn, temperature = {}, {}
         for part in ("magnitude", "direction"):
             raw = block.dynamics(part)
-            dyn[part] = {
-                "decay": raw["decay"][h].item() * step,
-                "frequencies": None
-                if raw["frequencies"] is None
-                else raw["frequencies"][h].detach().numpy() * step,
-                "process_var": raw["process_var"][h].item() * step,
-                "measurement_var": raw["measurement_var"][h].item(),
-                "temperature": raw["temperature"][h].item(),
-            }
+            n = 1 if raw["frequencies"] is None else raw["frequencies"].shape[-1]
+            omega = 0.0 if raw["frequencies"] is None else raw["frequencies"][h].detach().numpy()
+            lam = np.full(n, -raw["decay"][h].item() * step) + 1j * np.asarray(omega) * step
+            dyn[part] = (
+                lam,
+                np.full(n, raw["process_var"][h].item() * step),
+                np.full(n, raw["measurement_var"][h].item()),
+            )
+            temperature[part] = block.robust(part)["temperature"][h].item()
         g1, g2 = block.gamma_1[h].item(), block.gamma_2[h].item()
         for b in range(q.shape[0]):
             norms = [np.maximum(np.linalg.norm(x[b, h], axis=-1), eps) for x in (qc, kc, vc)]
             units = [g1 * x[b, h] / n[:, None] for x, n in zip((qc, kc, vc), norms, strict=True)]
             mags = [n[:, None].astype(complex) for n in norms]
+            common = {"nu": block.nu, "causal": block.causal}
+            m_hat, _ = naive.afa_loop(
+                *mags, t, *[dyn["magnitude"]] * 2, temperature=temperature["magnitude"], **common
+            )
+            u_hat, _ = naive.afa_loop(
+                *units, t, *[dyn["direction"]] * 2, temperature=temperature["direction"], **common
+            )
             for i in range(len(t)):
-                m_hat = _afa_loop(*mags, t, i, dyn["magnitude"], block.nu, block.causal).real
-                u_hat = _afa_loop(*units, t, i, dyn["direction"], block.nu, block.causal)
-                y = units[2][i] + u_hat
-                out[b, h, i] = m_hat * g2 * y / max(np.linalg.norm(y), eps)
+                y = units[2][i] + u_hat[i].numpy()
+                out[b, h, i] = m_hat[i].real.numpy() * g2 * y / max(np.linalg.norm(y), eps)
     return complex_pairs.from_complex(torch.tensor(out))
 
 

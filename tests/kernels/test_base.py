@@ -6,9 +6,9 @@ import torch
 
 from estimators.closed_forms.measurement import isotropic_measurement_variance
 from kernels import _validation
-from kernels.functional import complex_pairs, lags
 from kernels.layers import heads
 from kernels.layers.complex_linear import ComplexLinear, lift
+from kernels.ops.common import complex_pairs, lags
 from tests.kernels.helpers import assert_close
 
 

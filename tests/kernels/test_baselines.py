@@ -6,7 +6,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernels.functional import baselines, complex_pairs, positional
 from kernels.layers import heads as heads_mod
 from kernels.layers.baselines import (
     ALiBiAttention,
@@ -14,6 +13,8 @@ from kernels.layers.baselines import (
     RotaryAttention,
     SoftmaxAttention,
 )
+from kernels.ops import baselines
+from kernels.ops.common import complex_pairs, positional
 from tests.kernels.helpers import assert_close
 
 F64 = torch.float64

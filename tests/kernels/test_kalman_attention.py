@@ -1,7 +1,7 @@
-"""The Gaussian unrolled AFA as chunked causal attention (`kernels.functional.kalman_attention`).
+"""The Gaussian unrolled AFA as chunked causal attention (`kernels.ops.unrolled.chunked`).
 
 Oracle: `estimators.recurrent.eigen_recurrent_filter` at ``nu = inf`` (float64 numpy, the loop
-of seed 000 B.2 with weight 1), reached through `kernels.functional.unrolled_afa.unrolled_afa`,
+of seed 000 B.2 with weight 1), reached through `kernels.ops.unrolled.unrolled_afa`,
 which dispatches ``nu = inf`` here. Every chunk length, from one step to longer than the
 sequence, gives the same filter: the chunk boundary carries the prediction as the next prior.
 """
@@ -13,9 +13,8 @@ import pytest
 import torch
 
 from estimators import recurrent as rec
-from kernels.functional import complex_pairs
-from kernels.functional.kalman_attention import kalman_attention
-from kernels.functional.unrolled_afa import unrolled_afa
+from kernels.ops.common import complex_pairs
+from kernels.ops.unrolled import kalman_attention, unrolled_afa
 from tests.kernels.helpers import assert_close
 
 # two float64 evaluations of one contractive recursion over ~40 steps: round-off, ~1e-15

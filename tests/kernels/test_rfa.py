@@ -15,10 +15,12 @@ import torch
 from estimators.closed_forms.measurement import alibi_slope, zero_decay_bias
 from estimators.irls import robust_estimate
 from estimators.mle import DiagonalizableModel, batch_mle, eigen_batch_mle, eigen_pairwise_terms
-from kernels.functional import baselines, complex_pairs, positional
-from kernels.functional.rfa import rfa_attention, rfa_lag_kernel
 from kernels.layers import heads as heads_mod
 from kernels.layers.rfa import RobustFilterAttention
+from kernels.ops import baselines
+from kernels.ops.common import complex_pairs, positional
+from kernels.ops.rfa import rfa_attention, rfa_lag_kernel
+from kernels.ops.rfa.naive import rfa_loop
 from sde_sim import LinearMeasurement, PoissonTimes, SphericalShellInitial, presets, simulate
 from tests.kernels.helpers import assert_close
 
@@ -35,58 +37,6 @@ def _gen(seed):
 # --------------------------------------------------------------------------------------------
 # An explicit (i, j) loop in complex arithmetic, with every ablation switch
 # --------------------------------------------------------------------------------------------
-
-
-def _loop_reference(q, k, v, t, p, *, causal=True, **flags):
-    """Seed 004 Algorithm 1 pair by pair: transported key ``e^{lambda tau} k_j``, eq. (9)-(11)."""
-    kernel = flags.get("weight_kernel", "student-t")
-    prior = flags.get("precision_prior", True)
-    gate_on = flags.get("precision_gate", True)
-    rot_qk = flags.get("rotate_qk", True)
-    rot_v = flags.get("rotate_values", True)
-    unitary = flags.get("unitary_limit", False)
-    B, H, T, D = q.shape
-    n = D // 2
-    qc, kc, vc = (complex_pairs.to_complex(x) for x in (q, k, v))
-    out = torch.zeros(B, H, T, n, dtype=torch.complex128)
-    weights = torch.zeros(B, H, T, T, dtype=F64)
-    for b in range(B):
-        for h in range(H):
-            mu, nu, tau_s = p["decay"][h], p["nu"][h], p["temperature"][h]
-            s2, e2, g2 = p["process_var"][h], p["measurement_var"][h], p["anchor_var"][h]
-            omega = p["frequencies"][h]
-            for i in range(T):
-                keys = range(i + 1) if causal else range(T)
-                logits, decays, values = [], [], []
-                for j in keys:
-                    lag = t[b, i] - t[b, j]
-                    phase = torch.exp(1j * omega * lag)
-                    rot = phase if rot_qk else torch.ones_like(phase)
-                    values.append((phase if rot_v else 1.0) * vc[b, h, j])
-                    if unitary:
-                        score = (qc[b, h, i].conj() * rot * kc[b, h, j]).real.sum() / math.sqrt(D)
-                        logits.append(tau_s * score)
-                        decays.append(torch.tensor(1.0, dtype=F64))
-                        continue
-                    e = torch.exp(-mu * lag.abs())
-                    if mu > 0:
-                        var = s2 * (1 - e**2) / (2 * mu) + e2 * e**2 + g2
-                    else:
-                        var = s2 * lag.abs() + e2 + g2
-                    P, bias = (1 / var, -torch.log(var)) if prior else (1.0, 0.0)
-                    gate = P if (gate_on or not prior) else 1 / (e2 + g2)
-                    r2 = (qc[b, h, i] - e * rot * kc[b, h, j]).abs().pow(2).sum()
-                    if kernel == "student-t":
-                        pen = (nu + n) / n * torch.log1p(gate * r2 / nu)
-                    else:
-                        pen = gate * r2 / nu
-                    logits.append(tau_s * (bias - pen))
-                    decays.append(e)
-                a = torch.softmax(torch.stack(logits), 0) * torch.stack(decays)
-                for jj, j in enumerate(keys):
-                    out[b, h, i] += a[jj] * values[jj]
-                    weights[b, h, i, j] = a[jj]
-    return complex_pairs.from_complex(out), weights
 
 
 def _params(H, n, gen, *, with_zero_decay=True):
@@ -128,11 +78,11 @@ def test_equals_complex_loop_for_every_switch(name, causal):
     p = _params(H, D // 2, gen)
     t = torch.cumsum(torch.rand(B, T, dtype=F64, generator=gen) + 0.2, dim=1)
     flags = ABLATIONS[name]
-    ref_out, ref_w = _loop_reference(q, k, v, t, p, causal=causal, **flags)
+    ref_out, ref_w = rfa_loop(q, k, v, t, p, causal=causal, **flags)
     for stamps, block in ((t, 2), (None, 2), (None, None)):
         times = t if stamps is not None else torch.arange(T, dtype=F64).expand(B, T)
         if stamps is None:
-            ref_out, ref_w = _loop_reference(q, k, v, times, p, causal=causal, **flags)
+            ref_out, ref_w = rfa_loop(q, k, v, times, p, causal=causal, **flags)
         got = rfa_attention(
             q, k, v, t=stamps, causal=causal, return_weights=True, block_size=block, **p, **flags
         )
@@ -275,7 +225,15 @@ def test_module_heads_are_the_functional_on_split_projections():
     out, w = layer(x, t, need_weights=True)
     split = [heads_mod.split_complex_heads(m(x), 3) for m in (layer.q_proj, layer.k_proj)]
     v = heads_mod.split_complex_heads(layer.v_proj(x), 3)
-    ref = rfa_attention(*split, v, t=t, return_weights=True, **layer.dynamics())
+    ref = rfa_attention(
+        *split,
+        v,
+        t=t,
+        return_weights=True,
+        dynamics=layer.dynamics(),
+        robust=layer.robust(),
+        anchor_var=layer.anchor_var,
+    )
     vr, vi = complex_pairs.split(heads_mod.merge_complex_heads(ref.output))
     W = layer.out_proj.weight
     half = W.shape[1] // 2
@@ -588,9 +546,9 @@ def test_module_init_uses_only_the_given_generator_and_learns():
     assert torch.equal(torch.random.get_rng_state(), state)
     for (name, pa), pb in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
         assert torch.equal(pa, pb), name
-    dyn = a.dynamics()
-    assert_close("nu init 4n", dyn["nu"], torch.full((2,), 32.0), atol=1e-5)
-    assert_close("tau_s init", dyn["temperature"], torch.ones(2), atol=1e-6)
+    robust = a.robust()
+    assert_close("nu init 4n", robust["nu"], torch.full((2,), 32.0), atol=1e-5)
+    assert_close("tau_s init", robust["temperature"], torch.ones(2), atol=1e-6)
     x = torch.randn(3, 10, 16, generator=_gen(12))
     out, w = a(x, need_weights=True)
     assert out.shape == (3, 10, 16) and w.shape == (3, 2, 10, 10)

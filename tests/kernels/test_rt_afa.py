@@ -3,7 +3,7 @@
 The oracle is ``estimators.rt_irls.rt_irls`` (seed 000 5.3) started at the measurements and run
 for one iteration: with ``q = k = v`` the measurements in eigen-coordinates and the true
 dynamics, one RT-AFA layer is exactly that iteration (module docstring of
-``kernels.functional.rt_afa``), so the float64 comparison is at round-off (1e-10 allows 10^5
+``kernels.ops.rt.afa``), so the float64 comparison is at round-off (1e-10 allows 10^5
 ulps of the O(1) states). Algorithm 2 as printed is not exactly any estimator (its per-token
 radial/tangential split makes the tangential update vanish, and its ``Phi^+`` keys are not
 lag-invariant); the layer implements the form consistent with 5.3, listed in that docstring,
@@ -18,9 +18,10 @@ import torch
 from scipy.linalg import expm
 
 from estimators import rt_irls as rti
-from kernels.functional.afa import isotropic_afa
-from kernels.functional.rt_afa import rt_afa
 from kernels.layers.rt_afa import RTAdaptiveFilterAttention
+from kernels.ops.afa import isotropic_afa
+from kernels.ops.rt import rt_afa
+from kernels.ops.rt.naive import rt_afa_loop
 from sde_sim import (
     PoissonTimes,
     RadialTangentialMeasurement,
@@ -178,54 +179,6 @@ def test_per_sequence_times_match_the_oracle():
 # --------------------------------------------------------------------------------------------
 
 
-def _complex_reference(q, k, v, t, p, *, tau, nu, causal, exact):
-    """Algorithm 2 in the form of the module docstring, with torch.complex over every (i, j).
-
-    No Gram trick, no co-rotating frame, no log-space scaling: the pulled-forward keys and
-    values ``e^{(-a + i omega) s_ij} x_j`` are formed as (B, H, T, T, n) complex tensors.
-    """
-    qc, kc, vc = (torch.complex(*x.chunk(2, -1)) for x in (q, k, v))
-    a = p["decay"].view(-1, 1, 1)
-    lag = (t[:, None] - t[None, :]).view(1, 1, *2 * t.shape)  # s_ij
-    visible = lag >= 0 if causal else lag == lag
-    omega = p["frequencies"].view(1, -1, 1, 1, q.shape[-1] // 2)
-    transport = torch.exp((-a * lag)[..., None] + 1j * lag[..., None] * omega)
-    k_hat = transport * kc[:, :, None]
-    v_hat = transport * vc[:, :, None]
-    u = vc / vc.abs().pow(2).sum(-1, keepdim=True).sqrt()
-    r = qc[:, :, :, None] - k_hat
-    ell = (u[:, :, :, None].conj() * r).sum(-1).real
-    d = r - ell[..., None] * u[:, :, :, None]
-    d_sq = d.abs().pow(2).sum(-1)
-
-    def variance(s2, e2):
-        s2, e2 = s2.view(-1, 1, 1), e2.view(-1, 1, 1)
-        phi = -torch.expm1(-2 * a * lag.abs()) / (2 * a)
-        forward = s2 * phi + e2 * torch.exp(-2 * a * lag)
-        backward = torch.exp(2 * a * lag.abs()) * (s2 * phi + e2)  # seed 000 A.3, s < 0
-        return torch.where(lag >= 0, forward, backward)
-
-    weights = []
-    for var, res, temp, nu_x in (
-        (variance(p["sigma_r2"], p["eta_r2"]), ell**2, tau[0], nu[0]),
-        (variance(p["sigma_t2"], p["eta_t2"]), d_sq, tau[1], nu[1]),
-    ):
-        logit = -torch.log(var) - temp * torch.log1p(res / (var * nu_x))
-        weights.append(torch.softmax(logit.masked_fill(~visible, -math.inf), -1))
-    y_r = (weights[0][..., None] * v_hat).sum(-2)
-    y_t = (weights[1][..., None] * v_hat).sum(-2)
-    m = (u.conj() * y_r).sum(-1, keepdim=True).real
-    w = y_t - (u.conj() * y_t).sum(-1, keepdim=True).real * u
-    v_norm = vc.abs().pow(2).sum(-1, keepdim=True).sqrt()
-    if exact:
-        theta = w.abs().pow(2).sum(-1, keepdim=True).sqrt() / v_norm
-        step = torch.cos(theta) * u + torch.sinc(theta / math.pi) * w / v_norm
-    else:
-        step = vc + w
-    out = m * step / step.abs().pow(2).sum(-1, keepdim=True).sqrt()
-    return torch.cat((out.real, out.imag), -1), weights
-
-
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("exact", [False, True])
 def test_real_pairs_equal_complex_arithmetic(causal, exact):
@@ -247,7 +200,7 @@ def test_real_pairs_equal_complex_arithmetic(causal, exact):
         return_weights=True,
         block_size=4,
     )
-    out, (w_r, w_t) = _complex_reference(q, k, v, t, p, tau=tau, nu=nu, causal=causal, exact=exact)
+    out, (w_r, w_t) = rt_afa_loop(q, k, v, t, p, tau=tau, nu=nu, causal=causal, exact=exact)
     assert_close("output", got.output, out, atol=1e-12)
     assert_close("radial weights", got.radial_weights, w_r, atol=1e-12)
     assert_close("tangential weights", got.tangential_weights, w_t, atol=1e-12)

@@ -28,12 +28,13 @@ from estimators import rt_irls as rti
 from estimators.closed_forms import measurement as meas
 from estimators.closed_forms import radial_tangential as rt
 from estimators.closed_forms import robust_weights as rw
-from kernels.functional.rt_rfa import rt_rfa, student_exponent
 from kernels.layers.rt_transformer import (
     RTRobustFilterAttention,
     RTTransformerBlock,
     spherical_update,
 )
+from kernels.ops.rt import rt_rfa, student_exponent
+from kernels.ops.rt.naive import rt_rfa_loop
 from sde_sim import (
     FixedTimes,
     RadialTangentialMeasurement,
@@ -305,74 +306,6 @@ def _inputs(B=2, H=2, T=5, D=6, seed=0, dtype=F64):
     return q, k, v, t, freqs
 
 
-def _loop_reference(q, k, v, t, freqs, p, *, causal, magnitude_precision, normalize_qkv, tangent):
-    """Seed 003 Alg. 1 with every switch, one (b, h, i, j) at a time, complex numbers and explicit
-    (D, D) precision matrices (`rank_one_inverse`, `slogdet`); float64 numpy."""
-    q, k, v, t, freqs = (x.numpy() for x in (q, k, v, t, freqs))
-    B, H, T, D = q.shape
-    n = D // 2
-
-    def cplx(x):
-        return x[..., :n] + 1j * x[..., n:]
-
-    def real(z):
-        return np.concatenate([z.real, z.imag])
-
-    def head(name, h):
-        x = p[name]
-        return float(x[h]) if isinstance(x, torch.Tensor) else float(x)
-
-    out = np.zeros((B, H, T, D))
-    weights = np.zeros((B, H, T, T))
-    for b in range(B):
-        for h in range(H):
-            mu, mu_t = head("decay", h), head("tangential_decay", h)
-            sig, eta, gam = (head(x, h) for x in ("process_var", "measurement_var", "query_var"))
-            sig_r, eta_r, gam_r = (
-                head(f"radial_{x}", h) for x in ("process_var", "measurement_var", "query_var")
-            )
-            floor, eps, nu, beta = (head(x, h) for x in ("angular_var", "eps", "nu", "temperature"))
-            mags = np.linalg.norm(v[b, h], axis=-1)
-            qs, ks, vs = (cplx(x[b, h]) for x in (q, k, v))
-            if normalize_qkv:
-                qs, ks, vs = (x / np.linalg.norm(x, axis=-1, keepdims=True) for x in (qs, ks, vs))
-            for i in range(T):
-                logits = np.full(T, -np.inf)
-                terms = []
-                for j in range(T):
-                    if causal and j > i:
-                        terms.append(0)
-                        continue
-                    s = t[b, i] - t[b, j]
-                    tau = abs(s)
-                    rot = np.exp(1j * freqs[h] * s)
-                    c = 1.0 if normalize_qkv else np.exp(-mu * tau)
-                    r = real(qs[i] - c * rot * ks[j])
-                    var_t = sig * rt.phi(mu_t, tau) + eta * np.exp(-2 * mu_t * tau) + gam
-                    if magnitude_precision:
-                        mhat2 = (mags[j] * np.exp(-mu * tau)) ** 2
-                        kappa = 1 / (
-                            (eta + gam) / (mags[i] ** 2 + eps) + var_t / (mhat2 + eps) + floor
-                        )
-                        d2, bias = kappa * r @ r, np.log(kappa)
-                    else:
-                        var_r = sig_r * rt.phi(mu, tau) + eta_r * np.exp(-2 * mu * tau) + gam_r
-                        u = real(qs[i]) / np.linalg.norm(qs[i])
-                        P = rt.rank_one_inverse(var_t, var_r - var_t, u)
-                        d2, bias = r @ P @ r, np.linalg.slogdet(P)[1] / D
-                    logits[j] = beta * rw.student_t_logit(d2, nu, n, log_precision=bias)
-                    terms.append(c * rot * vs[j])
-                a = np.exp(logits - logits.max())
-                a /= a.sum()
-                weights[b, h, i] = a
-                y = real(sum(a[j] * terms[j] for j in range(T)))
-                if tangent:
-                    own = real(vs[i])
-                    y = y - (own @ y) / (own @ own) * own
-                out[b, h, i] = y
-    return torch.tensor(out), torch.tensor(weights)
-
-
 @pytest.mark.parametrize("eps", [1e-3, 0.0])
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize(
@@ -387,7 +320,7 @@ def test_matches_explicit_loop_for_every_switch(switches, causal, eps):
     params = {**PARAMS, "eps": eps}
     out = rt_rfa(q, k, v, t=t, frequencies=freqs, causal=causal, return_weights=True,
                  **switches, **params)  # fmt: skip
-    ref_out, ref_w = _loop_reference(
+    ref_out, ref_w = rt_rfa_loop(
         q, k, v, t, freqs, params, causal=causal,
         magnitude_precision=switches["magnitude_precision"],
         normalize_qkv=switches["normalize_qkv"], tangent=switches["tangent_residual"],

@@ -1,6 +1,7 @@
 """The fused filtering-attention kernel against the torch functions it must equal.
 
-`kernels.triton.filtering_attention` runs in the Triton interpreter here (tests/kernels/
+`kernels.ops.common.fused_filtering` (through its packers `kernels.ops.afa.triton` and
+`kernels.ops.rfa.triton`) runs in the Triton interpreter here (tests/kernels/
 conftest.py sets ``TRITON_INTERPRET=1``) at tiny shapes with 16-row tiles, so several tiles,
 partial tiles (``T`` not a multiple of 16) and padded features (``D = 24``) are exercised. The
 reference is `isotropic_afa` / `rfa_attention` with ``backend="torch"`` in float64 on the same
@@ -14,9 +15,10 @@ import math
 import pytest
 import torch
 
-from kernels.functional import afa, rfa
+from kernels.ops import afa, rfa
+from kernels.ops.afa.triton import isotropic_afa_triton
+from kernels.ops.rfa.triton import rfa_attention_triton
 from kernels.tolerances import tolerance
-from kernels.triton import filtering_attention as fa
 from tests.kernels.helpers import assert_close
 
 F64 = torch.float64
@@ -103,10 +105,10 @@ def _run(family, q, k, v, params, **options):
             q.to(F64), k.to(F64), v.to(F64), backend="torch", **params, **options
         )
         params = {**params, **options}
-        return fa.isotropic_afa_triton(q, k, v, block=TILE, **params), ref.output
+        return isotropic_afa_triton(q, k, v, block_size=TILE, **params), ref.output
     params = {**params, **options}
     ref = rfa.rfa_attention(q.to(F64), k.to(F64), v.to(F64), backend="torch", **params)
-    return fa.rfa_attention_triton(q, k, v, block=TILE, **params), ref.output
+    return rfa_attention_triton(q, k, v, block_size=TILE, **params), ref.output
 
 
 def _cast(params, dtype):
@@ -181,8 +183,8 @@ def _gradients(family, dtype, inputs, params, t, causal, device="cpu"):
         fn = afa.isotropic_afa if family == "afa" else rfa.rfa_attention
         out = fn(*leaves, backend="torch", **kwargs).output
     else:
-        fn = fa.isotropic_afa_triton if family == "afa" else fa.rfa_attention_triton
-        out = fn(*leaves, block=None if device == "cuda" else TILE, **kwargs)
+        fn = isotropic_afa_triton if family == "afa" else rfa_attention_triton
+        out = fn(*leaves, block_size=None if device == "cuda" else TILE, **kwargs)
     gen = torch.Generator().manual_seed(11)
     # the output weights are bfloat16 numbers, so every dtype sees the same upstream gradient
     weights = torch.randn(out.shape, generator=gen, dtype=F64).bfloat16()
@@ -287,8 +289,8 @@ def test_dispatch_names_unsupported_options():
 
 def test_block_must_be_a_power_of_two():
     fn, (q, k, v), params = _small("rfa")
-    with pytest.raises(ValueError, match="block must be a power of two"):
-        fa.rfa_attention_triton(q, k, v, **params, block=24)
+    with pytest.raises(ValueError, match="block_size must be a power of two"):
+        rfa_attention_triton(q, k, v, **params, block_size=24)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -19,11 +19,11 @@ from estimators import recurrent as rec
 from estimators.irls import eigen_irls
 from estimators.kalman import kalman_filter
 from estimators.mle import DiagonalizableModel, eigen_batch_mle
-from kernels.functional import complex_pairs
-from kernels.functional.unrolled_afa import unrolled_afa
 from kernels.layers.afa import AdaptiveFilterAttention
 from kernels.layers.complex_linear import UnitaryLinear
 from kernels.layers.unrolled_afa import UnrolledAdaptiveFilterAttention
+from kernels.ops.common import complex_pairs
+from kernels.ops.unrolled import unrolled_afa
 from sde_sim import (
     Contamination,
     EveryKSteps,
@@ -267,7 +267,7 @@ def test_from_afa_copies_the_parameters():
         "frequencies": (unrolled.frequencies, dyn["frequencies"]),
         "process_var": (unrolled.process_var, dyn["process_var"]),
         "measurement_var": (unrolled.measurement_var, dyn["measurement_var"]),
-        "temperature": (unrolled.temperature, dyn["temperature"]),
+        "temperature": (unrolled.temperature, afa.robust()["temperature"]),
         "nu": (unrolled.nu, afa.nu),
         "damping": (unrolled.damping, torch.sigmoid(afa.raw_delta)),
         "L_V": (unrolled.value_proj.weight_imag, afa.value.weight_imag),

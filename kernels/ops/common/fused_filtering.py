@@ -2,9 +2,12 @@
 
 One kernel family computes both layers flash-style: a program owns a block of queries, streams
 the key blocks it may see, and never forms the ``(T, T)`` score matrix, so memory is ``O(T D)``
-(the inputs, the output and one float32 log-sum-exp per query). It must equal the torch
-functions `kernels.functional.afa.isotropic_afa` and `kernels.functional.rfa.rfa_attention`
-(DESIGN.md section 2, link 5; tolerances in `kernels.tolerances`).
+(the inputs, the output and one float32 log-sum-exp per query). It must equal the torch forms
+`kernels.ops.afa.isotropic` and `kernels.ops.rfa.isotropic` (DESIGN.md section 2, link 5;
+tolerances in `kernels.tolerances`). This module is the kernel and its autograd wiring only: it
+imports no op family. Each family's packer (`kernels.ops.afa.triton`, `kernels.ops.rfa.triton`)
+turns that family's prepared parameters (its ``params`` module) into the per-head
+`Coefficients` below, rotates the inputs, and calls `attend`.
 
 Math per tile (queries ``i``, keys ``j``, lag ``tau = t_i - t_j``, one head's parameters)::
 
@@ -24,7 +27,8 @@ tau_s / d`` at ``nu = inf``. ``P E`` and ``P E^2`` are evaluated as ``exp(log P 
 ``exp(log P + 2 log E)``, so the backward growth ``e^{2 a |tau|}`` of a non-causal AFA key cancels
 in the exponent instead of overflowing. ``q~ = e^{-i w t} q`` (and ``k~``, ``v~``) are rotated
 into the frame of ``t = 0`` before the kernel (in float32, one elementwise pass) and the output is
-rotated back by ``e^{+i w t_i}`` after it, by the same torch code the torch functions use.
+rotated back by ``e^{+i w t_i}`` after it, by the one rotation the torch forms use
+(`kernels.ops.common.rotation`).
 
 Online softmax with the decay after normalisation. The weights are ``A = softmax_j(L)`` and the
 output ``out_i = sum_j A_ij E_ij v~_j``: the decay multiplies the normalised weights, it does not
@@ -55,27 +59,52 @@ infinite ``nu``; per-head parameters; float32, bfloat16 and float16 inputs; no a
 
 Shape legend: ``B`` batch, ``H`` heads, ``T`` time steps, ``D`` query/key features (real pairs
 ``[re | im]`` when rotated), ``Dv`` value features, ``Bt`` 1 or ``B`` (time stamps), ``BLOCK``
-rows/keys per tile, ``NC = 8`` packed per-head coefficients ``[a, sigma^2, eta^2, gamma^2, gs, c,
-bs, unused]``.
+rows/keys per tile (``block_size``, `kernels.backend.tile`), ``NC = 8`` packed per-head
+coefficients ``[a, sigma^2, eta^2, gamma^2, gs, c, bs, unused]``, named in `Coefficients`.
 """
 
 from __future__ import annotations
 
-import math
+from typing import NamedTuple
 
 import torch
 import triton
 import triton.language as tl
 
-from kernels import _validation
-from kernels.backend import KERNEL_DTYPES
-from kernels.functional import afa, positional, rfa
+from kernels.backend import KERNEL_DTYPES, tile
 
 AFA, RFA = 0, 1  # lag conventions: signed (seed 000 A.3) and symmetric (seed 004 eq. 9)
 PENALTY_NONE, PENALTY_LOG, PENALTY_LINEAR = 0, 1, 2
 NC = 8  # packed coefficients per head, see the module docstring
-# Rows and keys per tile: 64 on a GPU (the tensor-core tile of tutorial 06 at D <= 128).
-DEFAULT_BLOCK = 64
+
+
+class Coefficients(NamedTuple):
+    """The per-head coefficients of the kernel, in its packed order (module docstring).
+
+    Each is an ``(H,)`` or ``(H, 1)`` tensor (autograd carries their gradients back to the
+    family's parameters) or None for 0.
+
+    decay : ``a`` (AFA's decay, RFA's ``mu``).   process_var : ``sigma^2``.
+    measurement_var : ``eta^2``.   anchor_var : ``gamma^2`` (RFA only).
+    gate_scale : ``gs``, the factor of ``P |R|^2`` in ``u``: AFA ``1 / nu``; RFA ``1 / nu``
+        (Student-t), ``tau_s / d`` (its ``nu = inf`` limit).
+    exponent : ``c`` of the log penalty: AFA's temperature, RFA's ``tau_s (nu + d) / d``.
+    prior_scale : ``bs``, the factor of ``log P``: 1 (AFA), ``tau_s`` (RFA).
+    """
+
+    decay: torch.Tensor | None = None
+    process_var: torch.Tensor | None = None
+    measurement_var: torch.Tensor | None = None
+    anchor_var: torch.Tensor | None = None
+    gate_scale: torch.Tensor | None = None
+    exponent: torch.Tensor | None = None
+    prior_scale: torch.Tensor | None = None
+
+    def pack(self, heads: int, device) -> torch.Tensor:
+        """``(H, NC)`` float32 in the kernel's order; missing coefficients are 0."""
+        zero = torch.zeros(heads, dtype=torch.float32, device=device)
+        cols = [zero if x is None else x.reshape(heads).to(torch.float32) for x in self]
+        return torch.stack([*cols, zero], dim=-1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -594,182 +623,20 @@ class _FilteringAttention(torch.autograd.Function):
         return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, dcoef, None, None, None, None
 
 
-def _block(block: int | None) -> int:
-    if block is None:
-        return DEFAULT_BLOCK
-    if isinstance(block, bool) or not isinstance(block, int) or block < 16 or block & (block - 1):
-        raise ValueError(f"block must be a power of two >= 16 (tl.dot's minimum), found {block!r}")
-    return block
+def attend(
+    q_t, k_t, v_t, times, coefficients: Coefficients, *, family, penalty, causal, block_size, dtype
+):
+    """Run the kernel on rotated float32 operands cast to the input ``dtype``.
 
-
-def _attend(q_t, k_t, v_t, times, coef, *, family, penalty, causal, block, dtype):
-    """Cast the rotated float32 operands to the input dtype and run the kernel."""
+    ``q_t, k_t (B, H, T, D)``, ``v_t (B, H, T, Dv)`` in the frame of ``t = 0``; ``times`` the
+    lags' clock ``(Bt, 1, T)``; ``family`` `AFA` or `RFA`; ``penalty`` one of ``PENALTY_*``;
+    ``block_size`` the tile (`kernels.backend.tile`). Returns ``(B, H, T, Dv)`` float32.
+    """
     if dtype not in KERNEL_DTYPES:
         raise TypeError(f"q, k, v must be one of {KERNEL_DTYPES} for the kernel, found {dtype}")
     q_t, k_t, v_t = (x.to(dtype).contiguous() for x in (q_t, k_t, v_t))
     times = times.reshape(-1, times.shape[-1]).to(torch.float32).contiguous()
+    coef = coefficients.pack(q_t.shape[1], q_t.device).contiguous()
     return _FilteringAttention.apply(
-        q_t, k_t, v_t, times, coef.contiguous(), family, penalty, causal, _block(block)
+        q_t, k_t, v_t, times, coef, family, penalty, causal, tile(block_size)
     )
-
-
-def _pack(heads, like, **columns) -> torch.Tensor:
-    """``(H, NC)`` float32 coefficients in the order of the module docstring; missing -> 0."""
-    order = ("a", "s2", "e2", "g2", "gs", "c", "bs")
-    zero = torch.zeros(heads, dtype=torch.float32, device=like.device)
-    cols = [columns[name].reshape(heads) if name in columns else zero for name in order]
-    return torch.stack([*cols, zero], dim=-1)
-
-
-# ---------------------------------------------------------------------------------------------
-# Public functions (called by the torch functions' backend dispatch)
-# ---------------------------------------------------------------------------------------------
-
-
-def isotropic_afa_triton(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    t=None,
-    decay,
-    frequencies,
-    process_var,
-    measurement_var,
-    nu=math.inf,
-    temperature=1.0,
-    causal: bool = True,
-    normalized_qk: bool = False,
-    block: int | None = None,
-) -> torch.Tensor:
-    """`kernels.functional.afa.isotropic_afa` (shared dynamics, no biases) in one fused kernel.
-
-    Parameters are those of `isotropic_afa`; ``block`` is the tile size (a power of two >= 16;
-    default `DEFAULT_BLOCK`). Returns the output ``(B, H, T, Dv)`` in the input dtype.
-    """
-    batch, heads, steps, n_qk, n_v, rotate_qk, rotate_v = afa._widths(q, k, v, frequencies, None)
-    ref = q.detach()[..., :0].float()  # parameters and rotations in float32 for any input dtype
-    qk, _ = afa._both_dynamics(
-        heads,
-        n_qk,
-        n_v,
-        ref,
-        per_feature=False,
-        decay=decay,
-        frequencies=frequencies,
-        process_var=process_var,
-        measurement_var=measurement_var,
-        value_decay=None,
-        value_frequencies=None,
-        value_process_var=None,
-        value_measurement_var=None,
-    )
-    inv_nu = afa._robust_scale(nu, heads, ref)
-    temp = afa._temperature(temperature, heads, ref)
-    if t is None:
-        positions = torch.arange(steps, dtype=torch.float32, device=q.device).view(1, 1, steps)
-    else:
-        positions = afa._relative_times(t, steps, ref)
-    q32, k32, v32 = q.float(), k.float(), v.float()
-    if normalized_qk:
-        q32, k32 = afa._unit(q32), afa._unit(k32)
-    phase = afa._phase(positions, qk.frequency)
-    q_t, k_t, v_t = (afa._unrotate(x, phase) for x in (q32, k32, v32))
-    columns = dict(a=qk.decay, s2=qk.process_var, e2=qk.measurement_var, c=temp)
-    if inv_nu is not None:
-        columns["gs"] = inv_nu
-    coef = _pack(heads, q, bs=torch.ones(heads, dtype=torch.float32, device=q.device), **columns)
-    out = _attend(
-        q_t,
-        k_t,
-        v_t,
-        positions,
-        coef,
-        family=AFA,
-        penalty=PENALTY_NONE if inv_nu is None else PENALTY_LOG,
-        causal=causal,
-        block=block,
-        dtype=q.dtype,
-    )
-    if phase is not None:
-        out = afa.complex_pairs.rotate(out, *phase)
-    return out.to(v.dtype)
-
-
-def rfa_attention_triton(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    frequencies,
-    decay=None,
-    t=None,
-    process_var=0.0,
-    measurement_var=1.0,
-    anchor_var=0.0,
-    nu=math.inf,
-    temperature=1.0,
-    causal: bool = True,
-    block: int | None = None,
-) -> torch.Tensor:
-    """`kernels.functional.rfa.rfa_attention` (default ablation switches) in one fused kernel.
-
-    Parameters are those of `rfa_attention`; ``block`` as in `isotropic_afa_triton`. Returns the
-    output ``(B, H, T, D)`` in the input dtype.
-    """
-    batch, heads, steps, dim, vdim = _validation.check_qkv(q, k, v, even=True)
-    n = dim // 2
-    if vdim != dim:
-        raise ValueError(
-            f"v must have the feature size of q (D = {dim}) to be rotated with the same "
-            f"frequencies, found {vdim}"
-        )
-    ref = q.detach()[..., :0].float()
-    times = _validation.check_times(t, steps, like=ref)
-    freq, decay = positional.head_spectrum(
-        frequencies, decay, heads=heads, num_frequencies=n, like=ref
-    )
-    if decay is None:
-        raise TypeError("decay is required unless frequencies is a SpectralCoupling")
-    cfg = rfa._config(
-        heads,
-        n,
-        ref,
-        decay=decay,
-        process_var=process_var,
-        measurement_var=measurement_var,
-        anchor_var=anchor_var,
-        steady_state=False,
-        nu=nu,
-        temperature=temperature,
-        weight_kernel="student-t",
-        precision_prior=True,
-        precision_gate=True,
-        unitary_limit=False,
-    )
-    rotation = positional.Rotation.at(times, freq)
-    q_t, k_t, v_t = (rotation.apply(x.float(), sign=-1) for x in (q, k, v))
-    columns = dict(
-        a=cfg.decay,
-        s2=cfg.process_var,
-        e2=cfg.measurement_var,
-        g2=cfg.anchor_var,
-        gs=cfg.gate_scale,
-        bs=cfg.temperature,
-    )
-    if cfg.penalty == "log":
-        columns["c"] = -cfg.neg_coef
-    coef = _pack(heads, q, **columns)
-    out = _attend(
-        q_t,
-        k_t,
-        v_t,
-        times,
-        coef,
-        family=RFA,
-        penalty=PENALTY_LOG if cfg.penalty == "log" else PENALTY_LINEAR,
-        causal=causal,
-        block=block,
-        dtype=q.dtype,
-    )
-    return rotation.apply(out, sign=1).to(v.dtype)

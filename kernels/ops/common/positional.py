@@ -2,8 +2,8 @@
 
 * Rotary frequency banks: RoPE's ``omega_k = base^(-k/n)`` (Su et al.; seed 004 digest 1.12) and
   the spectrally coupled bank of SC-RFA / SC-RoPE (seed 004 section 3.4, C.1, D.2).
-* Rotations ``e^{+- i omega t}`` at real time stamps on the ``[re | im]`` real-pair layout of
-  `kernels.functional.complex_pairs`.
+* The per-head spectrum of a layer (`head_spectrum`); the rotations themselves are
+  `kernels.ops.common.rotation`.
 * ALiBi's head slopes (Press et al., 2022) and the sinusoidal embedding of Vaswani et al. (the
   additive embedding of the seed 000 section 4.2 baseline), both at real time stamps.
 
@@ -16,8 +16,6 @@ import math
 from typing import NamedTuple
 
 import torch
-
-from kernels.functional import complex_pairs
 
 # Share of heads given zero decay by the spectral coupling when `zero_decay_heads` is not given:
 # 2 of 8 in seed 004 D.2 (the public code's ``zero_frac = 0.25``).
@@ -167,45 +165,6 @@ def head_spectrum(frequencies, decay, *, heads: int, num_frequencies: int, like:
     if not torch.isfinite(freq).all():
         raise ValueError("frequencies must be finite, found NaN or inf")
     return CoupledSpectrum(freq.expand(heads, n), decay)
-
-
-def rotary_factors(t: torch.Tensor, frequencies: torch.Tensor):
-    """``cos(omega_k t_i)``, ``sin(omega_k t_i)``: ``t (B', 1, T)``, ``omega (H, n)`` -> (B',H,T,n).
-
-    The angles are formed from the given stamps (no absolute offsets are added), so a time shift
-    changes every angle by ``omega c`` and relative phases are exact up to rounding of ``omega t``.
-    """
-    angles = t.unsqueeze(-1) * frequencies.unsqueeze(-2)
-    return torch.cos(angles), torch.sin(angles)
-
-
-class Rotation(NamedTuple):
-    """``e^{i theta}`` laid out for real pairs: ``cos2 = [cos | cos]``, ``sin2 = [-sin | sin]``."""
-
-    cos2: torch.Tensor
-    sin2: torch.Tensor
-
-    @classmethod
-    def at(cls, t: torch.Tensor, frequencies: torch.Tensor) -> Rotation:
-        """Rotation by ``omega_k t_i`` (`rotary_factors`): tensors ``(B', H, T, 2n)``."""
-        cos, sin = rotary_factors(t, frequencies)
-        return cls(torch.cat((cos, cos), dim=-1), torch.cat((-sin, sin), dim=-1))
-
-    def apply(self, x: torch.Tensor, *, sign: int) -> torch.Tensor:
-        """``x e^{sign i theta}`` on real pairs ``(..., 2n)``; ``sign`` is +1 or -1.
-
-        ``(re + i im)(cos + i sin) = [re cos - im sin | im cos + re sin]``: the swapped halves
-        ``[im | re]`` times ``[-sin | sin]`` plus ``x`` times ``[cos | cos]``.
-        """
-        swapped = x.roll(x.shape[-1] // 2, dims=-1)
-        if sign > 0:
-            return torch.addcmul(x * self.cos2, swapped, self.sin2)
-        return torch.addcmul(x * self.cos2, swapped, self.sin2, value=-1)
-
-
-def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, sign: int) -> torch.Tensor:
-    """``x e^{sign i theta}`` on real pairs ``(..., 2n)``; ``sign`` is +1 or -1."""
-    return complex_pairs.rotate(x, cos, sin if sign > 0 else -sin)
 
 
 def alibi_slopes(num_heads: int, *, dtype=None, device=None) -> torch.Tensor:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from kernels.ops.common.rotation import Rotation
+
 
 def split(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(..., 2n) -> (Re, Im)``, each ``(..., n)``."""
@@ -35,10 +37,10 @@ def from_complex(z: torch.Tensor) -> torch.Tensor:
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Multiply each complex feature by ``cos + i sin``: ``x * e^{i theta}`` in real pairs.
 
-    ``x: (..., 2n)``; ``cos, sin`` broadcast against ``(..., n)``.
+    ``x: (..., 2n)``; ``cos, sin`` broadcast against ``(..., n)``. The arithmetic is the one
+    rotation of `kernels.ops.common.rotation`.
     """
-    re, im = split(x)
-    return merge(re * cos - im * sin, re * sin + im * cos)
+    return Rotation.of(cos, sin).apply(x)
 
 
 def squared_modulus(x: torch.Tensor) -> torch.Tensor:

@@ -6,7 +6,7 @@
   the ``[re | im]`` halves of each head (the "rotate-half" pairing), so the score
   ``Re(conj(q_i) k_j e^{-i omega (t_i - t_j)})`` depends on the lag only (Su et al.).
 * `alibi_attention` (B2): ``q_i . k_j / sqrt(D) - m_h |t_i - t_j|`` with ALiBi's slopes
-  (`kernels.functional.positional.alibi_slopes`); on causal pairs the bias is
+  (`kernels.ops.common.positional.alibi_slopes`); on causal pairs the bias is
   ``-m_h (t_i - t_j)``.
 * `decayed_rope_attention` (B3; B4 = SC-RoPE with a `positional.SpectralCoupling`): RoPE with a
   per-head exponential decay ``E_ij = e^{-mu_h |t_i - t_j|}``. The paper says only "decay
@@ -21,66 +21,15 @@ done by ``torch.nn.functional.scaled_dot_product_attention``; otherwise by an ex
 
 from __future__ import annotations
 
-import math
-from typing import NamedTuple
-
 import torch
 import torch.nn.functional as F
 
 from kernels import _validation
-from kernels.functional import positional
+from kernels.ops.baselines.params import lag_abs, rotary, scale_of
+from kernels.ops.common import positional
+from kernels.ops.common.attention import AttentionOutput, future_keys, head_parameter
 
 DECAY_MODES = ("post-softmax", "logit")
-
-
-class AttentionOutput(NamedTuple):
-    """``output (B, H, T, Dv)`` and ``weights (B, H, T, T)`` (None unless requested)."""
-
-    output: torch.Tensor
-    weights: torch.Tensor | None
-
-
-def head_parameter(name, value, heads: int, like: torch.Tensor, *, positive=False) -> torch.Tensor:
-    """A scalar or ``(H,)`` per-head parameter as an ``(H, 1, 1)`` tensor in ``like``'s dtype.
-
-    Tensors keep their autograd graph. Values must be finite and ``>= 0`` (``> 0`` with
-    ``positive``).
-    """
-    if isinstance(value, bool) or not isinstance(value, (int, float, torch.Tensor)):
-        raise TypeError(f"{name} must be a number or a tensor, found {type(value).__name__}")
-    out = torch.as_tensor(value, dtype=like.dtype, device=like.device)
-    if out.ndim > 1 or (out.ndim == 1 and out.shape[0] not in (1, heads)):
-        raise ValueError(
-            f"{name} must be a scalar or have shape ({heads},), found {tuple(out.shape)}"
-        )
-    bad = (out <= 0) if positive else (out < 0)
-    if not torch.isfinite(out).all() or bad.any():
-        bound = "> 0" if positive else ">= 0"
-        raise ValueError(f"{name} must be finite and {bound}, found {out.detach().tolist()}")
-    return out.reshape(-1, 1, 1).expand(heads, 1, 1)
-
-
-def future_keys(steps: int, *, device=None) -> torch.Tensor:
-    """Boolean ``(T, T)``, True where key ``j > i`` (hidden from query ``i`` under causality).
-
-    Built by comparing indices: ``triu`` on small boolean tensors is orders of magnitude slower
-    on CPU (milliseconds for 3 x 3).
-    """
-    index = torch.arange(steps, device=device)
-    return index.unsqueeze(0) > index.unsqueeze(1)
-
-
-def _scale(scale, dim: int) -> float:
-    if scale is None:
-        return 1.0 / math.sqrt(dim)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
-        raise ValueError(f"scale must be a positive number, found {scale!r}")
-    return float(scale)
-
-
-def _lag_abs(times: torch.Tensor) -> torch.Tensor:
-    """``|t_i - t_j|``: ``(B', 1, T) -> (B', 1, T, T)``."""
-    return (times.unsqueeze(-1) - times.unsqueeze(-2)).abs()
 
 
 def _attend(q, k, v, *, scale, causal, return_weights, bias=None, post=None) -> AttentionOutput:
@@ -114,25 +63,9 @@ def softmax_attention(
     Shapes: q, k (B, H, T, D); v (B, H, T, Dv) -> output (B, H, T, Dv), weights (B, H, T, T).
     """
     _, _, _, dim, _ = _validation.check_qkv(q, k, v)
-    return _attend(q, k, v, scale=_scale(scale, dim), causal=causal, return_weights=return_weights)
-
-
-def _rotary(q, k, v, t, frequencies, decay, base):
-    """Validated shapes, stamps and ``q, k`` rotated by ``e^{+i omega t}``; the decay as given."""
-    batch, heads, steps, dim, _ = _validation.check_qkv(q, k, v, even=True)
-    times = _validation.check_times(t, steps, like=q)
-    if times.shape[0] not in (1, batch):
-        raise ValueError(f"t batch size must be 1 or {batch}, found {times.shape[0]}")
-    n = dim // 2
-    if frequencies is None:
-        frequencies = positional.rope_frequencies(n, base=base, dtype=q.dtype, device=q.device)
-    freq, decay = positional.head_spectrum(
-        frequencies, decay, heads=heads, num_frequencies=n, like=q
+    return _attend(
+        q, k, v, scale=scale_of(scale, dim), causal=causal, return_weights=return_weights
     )
-    cos, sin = positional.rotary_factors(times, freq)
-    q_rot = positional.rotate(q, cos, sin, sign=1)
-    k_rot = positional.rotate(k, cos, sin, sign=1)
-    return q_rot, k_rot, times, decay, heads, dim
 
 
 def rope_attention(
@@ -157,9 +90,9 @@ def rope_attention(
     frequencies : (D/2,) or (H, D/2); default `positional.rope_frequencies` with ``base``.
     scale : score scale, default ``1/sqrt(D)``.
     """
-    q_rot, k_rot, _, _, _, dim = _rotary(q, k, v, t, frequencies, None, base)
+    q_rot, k_rot, _, _, _, dim = rotary(q, k, v, t, frequencies, None, base)
     return _attend(
-        q_rot, k_rot, v, scale=_scale(scale, dim), causal=causal, return_weights=return_weights
+        q_rot, k_rot, v, scale=scale_of(scale, dim), causal=causal, return_weights=return_weights
     )
 
 
@@ -185,9 +118,9 @@ def alibi_attention(
     if slopes is None:
         slopes = positional.alibi_slopes(heads, dtype=q.dtype, device=q.device)
     m = head_parameter("slopes", slopes, heads, q)
-    bias = -m * _lag_abs(times)
+    bias = -m * lag_abs(times)
     return _attend(
-        q, k, v, scale=_scale(scale, dim), causal=causal, return_weights=return_weights, bias=bias
+        q, k, v, scale=scale_of(scale, dim), causal=causal, return_weights=return_weights, bias=bias
     )
 
 
@@ -216,10 +149,10 @@ def decayed_rope_attention(
         raise ValueError(f"decay_mode must be one of {DECAY_MODES}, found {decay_mode!r}")
     if decay is None and not isinstance(frequencies, positional.SpectralCoupling):
         raise TypeError("decay is required unless frequencies is a SpectralCoupling")
-    q_rot, k_rot, times, decay, heads, dim = _rotary(q, k, v, t, frequencies, decay, base)
+    q_rot, k_rot, times, decay, heads, dim = rotary(q, k, v, t, frequencies, decay, base)
     mu = head_parameter("decay", decay, heads, q)
-    lag_abs = _lag_abs(times)
-    kwargs = {"scale": _scale(scale, dim), "causal": causal, "return_weights": return_weights}
+    lags = lag_abs(times)
+    kwargs = {"scale": scale_of(scale, dim), "causal": causal, "return_weights": return_weights}
     if decay_mode == "logit":
-        return _attend(q_rot, k_rot, v, bias=-mu * lag_abs, **kwargs)
-    return _attend(q_rot, k_rot, v, post=torch.exp(-mu * lag_abs), **kwargs)
+        return _attend(q_rot, k_rot, v, bias=-mu * lags, **kwargs)
+    return _attend(q_rot, k_rot, v, post=torch.exp(-mu * lags), **kwargs)

@@ -78,8 +78,10 @@ from typing import NamedTuple
 import torch
 
 from kernels._validation import check_qkv, check_times
-from kernels.functional import complex_pairs
-from kernels.functional.lags import isotropic_variance
+from kernels.ops.common import complex_pairs
+from kernels.ops.common.lags import isotropic_variance
+from kernels.ops.common.rotation import Rotation
+from kernels.ops.rt import params
 
 # Rows of queries processed together are chosen so that one (B, H, rows, T) block holds about
 # this many elements (16 MiB in float32): the row loop bounds the working set at long T.
@@ -107,50 +109,6 @@ def student_exponent(nu: float | torch.Tensor, dim: int) -> float | torch.Tensor
     """
     n = dim // 2
     return (nu + n) / n
-
-
-def _head_param(
-    name: str,
-    value,
-    heads: int,
-    like: torch.Tensor,
-    *,
-    positive: bool = False,
-) -> torch.Tensor:
-    """A finite scalar or per-head ``(H,)`` parameter as a ``(1, H or 1, 1, 1)`` tensor.
-
-    Checks the sign: ``>= 0``, or ``> 0`` when `positive`.
-    """
-    if isinstance(value, bool) or not isinstance(value, (int, float, torch.Tensor)):
-        raise TypeError(f"{name} must be a float or a tensor, found {type(value).__name__}")
-    x = torch.as_tensor(value, dtype=like.dtype, device=like.device)
-    if x.ndim > 1 or (x.ndim == 1 and x.shape[0] not in (1, heads)):
-        raise ValueError(
-            f"{name} must be a scalar or have shape ({heads},) (one per head), "
-            f"found {tuple(x.shape)}"
-        )
-    if not torch.isfinite(x).all():
-        raise ValueError(f"{name} must be finite, found {x.detach().cpu().tolist()}")
-    low = x.detach().min().item()
-    if low < 0 or (positive and low <= 0):
-        bound = "> 0" if positive else ">= 0"
-        raise ValueError(f"{name} must be {bound}, found a minimum of {low:g}")
-    return x.reshape(1, -1, 1, 1)
-
-
-def _frequencies(frequencies, heads: int, n: int, like: torch.Tensor) -> torch.Tensor:
-    """RoPE frequencies ``(n,)`` or ``(H, n)`` as ``(1, H or 1, 1, n)``."""
-    if not isinstance(frequencies, torch.Tensor):
-        raise TypeError(f"frequencies must be a tensor, found {type(frequencies).__name__}")
-    w = frequencies.to(dtype=like.dtype, device=like.device)
-    if w.shape not in ((n,), (heads, n), (1, n)):
-        raise ValueError(
-            f"frequencies must have shape ({n},) or ({heads}, {n}) (one per complex feature, "
-            f"D/2 = {n}), found {tuple(w.shape)}"
-        )
-    if not torch.isfinite(w).all():
-        raise ValueError("frequencies must be finite, found NaN or inf")
-    return w.reshape(1, -1, 1, n)
 
 
 def rt_rfa(
@@ -239,10 +197,10 @@ def rt_rfa(
             raise TypeError(f"{name} must be a bool, found {type(flag).__name__}")
     n = dim // 2
     times = check_times(t, steps, like=q)
-    omega = _frequencies(frequencies, heads, n, q)
+    omega = params.frequencies(frequencies, heads, n, q)
 
     def param(name, value, **kw):
-        return _head_param(name, value, heads, q, **kw)
+        return params.head_param(name, value, heads, q, **kw)
 
     mu = param("decay", decay)
     mu_t = mu if tangential_decay is None else param("tangential_decay", tangential_decay)
@@ -297,11 +255,8 @@ def rt_rfa(
     # Phases from each sequence's first stamp: only t_i - t_j matters, and small angles keep
     # float32 phases accurate and the layer shift invariant up to the rounding of the stamps.
     t_rel = times - times[..., :1]  # (B or 1, 1, T)
-    angle = t_rel.unsqueeze(-1) * omega  # (B or 1, H or 1, T, n)
-    cos, sin = torch.cos(angle), torch.sin(angle)
-    q_rot = complex_pairs.rotate(q, cos, -sin)
-    k_rot = complex_pairs.rotate(k, cos, -sin)
-    v_rot = complex_pairs.rotate(v, cos, -sin)
+    rotation = Rotation.at(t_rel, omega.reshape(-1, n))  # (B or 1, H or 1, T, D)
+    q_rot, k_rot, v_rot = (rotation.apply(x, sign=-1) for x in (q, k, v))
 
     def lag_terms(tau):
         """``(mu tau, sigma_t^2(tau), sigma_r^2(tau) or None)`` for lags ``tau >= 0``."""
@@ -378,7 +333,7 @@ def rt_rfa(
         attn = torch.softmax(logits, dim=-1)
         mix = attn if euclid is None else attn * euclid
         agg = mix @ v_rot[..., keys, :]  # (B, H, R, D)
-        out = complex_pairs.rotate(agg, cos[..., sl, :], sin[..., sl, :])
+        out = rotation.rows(sl).apply(agg)
         if tangent_residual:
             own = v[..., sl, :]
             along = (own * out).sum(-1, keepdim=True) / complex_pairs.squared_modulus(

@@ -1,7 +1,7 @@
 """The Gaussian unrolled AFA (``nu = inf``, no damping) as causal linear attention, chunked.
 
 At ``nu = inf`` every robust weight is 1 and the recursion of
-:func:`kernels.functional.unrolled_afa.unrolled_afa` is the Kalman filter of the isotropic model
+:func:`kernels.ops.unrolled.unrolled_afa` is the Kalman filter of the isotropic model
 per head (seed 000 B.2 with ``w = 1``; seed 000 3.1 for the model). Its variance then does not
 depend on the data, and its mean is linear in the measurements, so the loop over time can be
 replaced by a few whole-sequence operations. Per head, with steps ``h_i = t_i - t_{i-1}``,
@@ -35,9 +35,8 @@ import math
 
 import torch
 
-from kernels.functional import complex_pairs
-from kernels.functional.kla import mobius_combine, prefix_scan
-from kernels.functional.lags import isotropic_variance, relaxation
+from kernels.ops.common import complex_pairs
+from kernels.ops.common.lags import isotropic_variance, relaxation
 
 # Steps per chunk: the (C, C) decay matrix per sequence and head bounds the memory.
 CHUNK = 256
@@ -68,7 +67,7 @@ def kalman_attention(
 
     Returns ``(output, variance, prediction, prediction_variance)``: (B, H, T, D), (B', H, T),
     (B, H, T, D), (B', H, T), the fields of
-    :class:`~kernels.functional.unrolled_afa.UnrolledAFAResult` before inversion (``B'`` is 1
+    :class:`~kernels.ops.unrolled.UnrolledAFAResult` before inversion (``B'`` is 1
     when the times are shared and no prior variance is given per sequence).
     """
     steps = values.shape[2]
@@ -120,6 +119,12 @@ def _chunk(values, times, decay, frequencies, process_var, r, scale, prior_mean,
     else:
         pred_v0 = prior_variance
         v0 = pred_v0 * r / (pred_v0 + r)
+    # KLA's scan of Moebius maps (the KLA family, `kernels.functional.kla`). Imported here, not
+    # at the top, only until that family moves to `kernels.ops.kla` (issue 15, its KLA part):
+    # `kernels.functional` re-exports this family, so a module-level import of a module inside
+    # `kernels.functional` would be a cycle; from `kernels.ops.kla` it is a plain import.
+    from kernels.functional.kla import mobius_combine, prefix_scan
+
     # the entries of M_i, each (B', C-1, H): prefix_scan runs along axis 1
     entries = tuple(x.transpose(1, 2) for x in (s * r_, q * r_, s, q + r_))
     alpha, beta, gamma, delta = (

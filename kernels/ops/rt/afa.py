@@ -2,7 +2,7 @@
 
 One RT-AFA layer is one iteration of the RT-Kalman IRLS of seed 000 section 5.3, vectorised as
 attention. Features are eigen-coordinates stored as real pairs ``[re | im]`` (``D = 2n`` for
-``n`` complex features, :mod:`kernels.functional.complex_pairs`) and rotate as
+``n`` complex features, :mod:`kernels.ops.common.complex_pairs`) and rotate as
 ``e^{i omega_k t}``; with ``frequencies=None`` they are plain real features (no rotation, any
 ``D``). The geometry is that of ``R^D`` (seed 003 digest section 8 item 7): the radial
 coordinate of ``x`` along a unit ``u`` is ``u . x = Re(u^H x)`` and ``P_T(u) = I - u u^T``.
@@ -27,7 +27,7 @@ with the precisions ``P = 1 / V`` of the radial and tangential propagated varian
 
     V_r(s) = sigma_r^2 (1 - e^{-2 a s}) / (2 a) + eta_r^2 e^{-2 a s},   s >= 0   (likewise V_t),
 
-:func:`kernels.functional.lags.isotropic_variance` (``sigma^2 s + eta^2`` at ``a = 0``). At
+:func:`kernels.ops.common.lags.isotropic_variance` (``sigma^2 s + eta^2`` at ``a = 0``). At
 ``tau = 1`` the weight ``P / (1 + P l^2 / nu)`` is the precision times the Student-t weight of
 section 5.3; ``nu = inf`` gives the Gaussian weights (precision only). So with
 ``q = k = v = S^-1 z`` (the measurements in eigen-coordinates) and the true dynamics the layer
@@ -53,7 +53,7 @@ Deviations from Algorithm 2 as printed, each forced by consistency with section 
   step; ``estimators.rt_irls`` docstring, check ``rt_irls.seed000-geodesic-angle``).
 * The printed logits ``tau (-log(V + R^2 + eps))`` are the case ``nu = 1`` (4.1 absorbs ``nu``
   into the other parameters) with the temperature on the whole logit, i.e. the prior ``P^tau``.
-  As in `kernels.functional.afa.isotropic_afa`, the temperature here sharpens the robust term
+  As in `kernels.ops.afa.isotropic_afa`, the temperature here sharpens the robust term
   only (4.1's exponential-log form ``exp(-tau log(1 + r^2/nu))``), so ``tau = 1`` is exactly
   the weight of 5.3 and, at equal radial and tangential noise, the weights are isotropic AFA's.
 
@@ -83,8 +83,9 @@ from typing import NamedTuple
 import torch
 
 from kernels._validation import check_qkv, check_times
-from kernels.functional import complex_pairs
-from kernels.functional.lags import isotropic_variance
+from kernels.ops.common.lags import isotropic_variance
+from kernels.ops.common.rotation import Rotation
+from kernels.ops.rt import params
 
 # Below this squared angle the exact geodesic step uses the Taylor series of cos(th) and
 # sin(th)/th (to th^4): their truncation errors th^6/720 and th^6/5040 are < 2e-21 there, and the
@@ -124,50 +125,6 @@ class _Kernels(NamedTuple):
     tan_kk: torch.Tensor
     tan_qk: torch.Tensor
     decay: torch.Tensor
-
-
-def _as_tensor(value, like: torch.Tensor) -> torch.Tensor:
-    """``value`` in ``like``'s dtype and device (numbers directly, without a float32 detour)."""
-    if isinstance(value, torch.Tensor):
-        return value.to(dtype=like.dtype, device=like.device)
-    return torch.tensor(value, dtype=like.dtype, device=like.device)
-
-
-def _per_head(name: str, value, heads: int, like: torch.Tensor, *, positive=False, inf_ok=False):
-    """A scalar or ``(H,)`` parameter as an ``(H, 1, 1)`` tensor in ``like``'s dtype/device.
-
-    Values must be ``>= 0`` (``> 0`` if ``positive``) and finite (``inf`` allowed if
-    ``inf_ok``); the checks are skipped while compiling (data-dependent control flow).
-    """
-    if isinstance(value, bool) or not isinstance(value, (int, float, torch.Tensor)):
-        raise TypeError(f"{name} must be a number or a tensor, found {type(value).__name__}")
-    x = _as_tensor(value, like)
-    if x.ndim == 0:
-        x = x.expand(heads)
-    if x.shape != (heads,):
-        raise ValueError(
-            f"{name} must be a scalar or have shape ({heads},), found {tuple(x.shape)}"
-        )
-    if not torch.compiler.is_compiling():
-        values = x.detach()
-        bad = torch.isnan(values) | (values <= 0 if positive else values < 0)
-        if not inf_ok:
-            bad = bad | torch.isinf(values)
-        if bad.any():
-            want = ("> 0" if positive else ">= 0") + (" (inf allowed)" if inf_ok else ", finite")
-            raise ValueError(f"{name} must be {want}, found {values.flatten().tolist()}")
-    return x.view(heads, 1, 1)
-
-
-def _pair(name: str, value) -> tuple:
-    """``value`` for both the radial and the tangential part, or a ``(radial, tangential)`` pair."""
-    if isinstance(value, (tuple, list)):
-        if len(value) != 2:
-            raise ValueError(
-                f"{name} must be one value or a (radial, tangential) pair, found {value!r}"
-            )
-        return tuple(value)
-    return value, value
 
 
 def _floored_norm(x: torch.Tensor, eps: float) -> torch.Tensor:
@@ -295,30 +252,33 @@ def rt_afa(
     ):
         raise ValueError(f"block_size must be a positive integer or None, found {block_size!r}")
     times = check_times(t, steps, like=q)
-    a = _per_head("decay", decay, heads, q)
+    a = params.per_head("decay", decay, heads, q)
     # Radial and tangential parameters stacked on a leading axis of 2: one kernel evaluation.
     process_var = torch.stack(
-        (_per_head("sigma_r2", sigma_r2, heads, q), _per_head("sigma_t2", sigma_t2, heads, q))
+        (
+            params.per_head("sigma_r2", sigma_r2, heads, q),
+            params.per_head("sigma_t2", sigma_t2, heads, q),
+        )
     ).unsqueeze(1)  # (2, 1, H, 1, 1)
     measurement_var = torch.stack(
         (
-            _per_head("eta_r2", eta_r2, heads, q, positive=True),
-            _per_head("eta_t2", eta_t2, heads, q, positive=True),
+            params.per_head("eta_r2", eta_r2, heads, q, positive=True),
+            params.per_head("eta_t2", eta_t2, heads, q, positive=True),
         )
     ).unsqueeze(1)
     log_nu = (
         torch.stack(
             [
-                _per_head(f"nu[{i}]", x, heads, q, positive=True, inf_ok=True)
-                for i, x in enumerate(_pair("nu", nu))
+                params.per_head(f"nu[{i}]", x, heads, q, positive=True, inf_ok=True)
+                for i, x in enumerate(params.pair("nu", nu))
             ]
         )
         .log()
         .unsqueeze(1)
     )
     tau_r, tau_t = (
-        _per_head(f"temperatures[{i}]", x, heads, q)
-        for i, x in enumerate(_pair("temperatures", temperatures))
+        params.per_head(f"temperatures[{i}]", x, heads, q)
+        for i, x in enumerate(params.pair("temperatures", temperatures))
     )
 
     # Counter-rotate into the co-rotating frame: x~_j = e^{-i omega (t_j - t_0)} x_j. Measuring
@@ -326,7 +286,7 @@ def rt_afa(
     qt, kt, vt = q, k, v
     phase = None
     if frequencies is not None:
-        omega = _as_tensor(frequencies, q)
+        omega = params.as_tensor(frequencies, q)
         if omega.shape != (heads, dim // 2):
             raise ValueError(
                 f"frequencies must have shape (H, D/2) = ({heads}, {dim // 2}), "
@@ -334,23 +294,22 @@ def rt_afa(
             )
         if not torch.compiler.is_compiling() and not torch.isfinite(omega.detach()).all():
             raise ValueError("frequencies must be finite, found NaN or inf")
-        angle = (times - times[..., :1]).unsqueeze(-1) * omega.unsqueeze(1)  # (B|1, H, T, n)
-        phase = torch.cos(angle), torch.sin(angle)
-        qt, kt, vt = (complex_pairs.rotate(x, phase[0], -phase[1]) for x in (q, k, v))
+        phase = Rotation.at(times - times[..., :1], omega)  # (B|1, H, T, D)
+        qt, kt, vt = (phase.apply(x, sign=-1) for x in (q, k, v))
     v_norm = _floored_norm(v, eps)
     ut = vt / v_norm
     q_rad = (v * q).sum(-1, keepdim=True) / v_norm  # u_i . q_i, (B, H, T, 1)
     q_sq = (q * q).sum(-1, keepdim=True)
     k_sq = (k * k).sum(-1).unsqueeze(-2)  # (B, H, 1, T)
 
-    params = (a, process_var, measurement_var, log_nu)
+    lag_model = (a, process_var, measurement_var, log_nu)
     # Rows of a block are processed in reverse order, so that with t_i = i the lag kernels of
     # the block, Toeplitz in (i, j), are Hankel in (reversed i, j): windows (unfold views) of
     # one vector over the 2T - 1 lags s = T - 1, ..., -(T - 1), evaluated once per call.
     if t is None:
         lag_vec = (steps - 1) - torch.arange(2 * steps - 1, device=q.device, dtype=q.dtype)
         lag_vec = lag_vec.view(1, 1, 1, -1)
-        table = _kernels(lag_vec, lag_vec < 0, *params, causal=causal)
+        table = _kernels(lag_vec, lag_vec < 0, *lag_model, causal=causal)
         table = _Kernels(*(x.squeeze(-2) for x in table))  # (..., H, 2T - 1)
     rows = steps if block_size is None else block_size
     outs, weights_r, weights_t = [], [], []
@@ -366,7 +325,7 @@ def rt_afa(
         else:
             lag = times[..., start:stop].flip(-1)[..., :, None] - times[..., None, :keys]
             hidden = lag < 0
-            kern = _kernels(lag, hidden, *params, causal=causal)
+            kern = _kernels(lag, hidden, *lag_model, causal=causal)
         q_rad_b, q_sq_b, u_b, qt_b, vt_b, v_norm_b = (
             x[..., start:stop, :].flip(-2) for x in (q_rad, q_sq, ut, qt, vt, v_norm)
         )
@@ -409,7 +368,7 @@ def rt_afa(
                 store.append(torch.nn.functional.pad(weight.flip(-2), pad))
     output = torch.cat(outs, dim=-2)
     if phase is not None:
-        output = complex_pairs.rotate(output, *phase)
+        output = phase.apply(output)
     if not return_weights:
         return RTAFAOutput(output, None, None)
     return RTAFAOutput(output, torch.cat(weights_r, dim=-2), torch.cat(weights_t, dim=-2))

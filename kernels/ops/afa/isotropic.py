@@ -1,0 +1,285 @@
+"""Isotropic AFA, factorised (seed 000 3.3-3.9, Algorithm 1 of 4.1): ``O(T^2 + T D)`` memory.
+
+One decay ``a``, process variance ``sigma^2`` and measurement variance ``eta^2`` per head
+(``A = -a I + Omega``), so the precision ``P(tau) = 1 / V(tau)`` (`kernels.ops.afa.precision`)
+and the decay ``E(tau) = e^{-a tau}`` are ``(T, T)`` matrices. With ``Zq~_i = e^{-i w t_i} Zq_i``
+(and the same for keys and values; seed 000 3.6, the one rotation of
+`kernels.ops.common.rotation`) the squared residual factorises into one matmul::
+
+    |R[i, j]|^2 = |Zq_i|^2 + E_ij^2 |Zk_j|^2 - 2 E_ij Re(Zq~_i^H Zk~_j),
+    L[i, j] = log P_v(tau_ij) - temperature * log(1 + P_qk(tau_ij) |R[i, j]|^2 / nu),
+    A = softmax_j(L) over visible keys,   A_hat = E_v * A,
+    Zbar_i = e^{i w_v t_i} sum_j A_hat[i, j] Zv~_j.
+
+On the uniform grid ``t = None`` every kernel is Toeplitz (3.3): it is evaluated once per call
+on the ``2T - 1`` lags. Queries are processed in blocks of ``block_size`` (causal blocks stop at
+their last query), so at most ``(B, H, block_size, T)`` scores exist at a time; there is no
+data-dependent control flow (``torch.compile`` traces it). The fused kernel
+(`kernels.ops.afa.triton`) computes the same without forming the scores.
+
+Shapes: ``q, k (B, H, T, D)``, ``v (B, H, T, Dv)``; output ``(B, H, T, Dv)``, weights
+``(B, H, T, T)``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+
+from kernels.ops.afa import params
+from kernels.ops.afa.params import AFAOutput, HeadDynamics
+from kernels.ops.afa.precision import log_variance
+from kernels.ops.common import complex_pairs
+from kernels.ops.common.params import Dynamics, Robust
+from kernels.ops.common.rotation import Rotation
+
+
+def isotropic_afa(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    t,
+    dynamics: Dynamics,
+    robust: Robust,
+    causal: bool,
+    normalized_qk: bool,
+    return_weights: bool,
+    bias_qk,
+    bias_v,
+    block_size: int | None,
+) -> AFAOutput:
+    """The torch isotropic form (module docstring); arguments as `kernels.ops.afa.isotropic_afa`."""
+    p = params.prepare(q, k, v, dynamics, robust, per_feature=False, like=q)
+    params.check_block_size(block_size)
+    block = max(p.steps, 1) if block_size is None else block_size
+    b_qk = params.bias("bias_qk", bias_qk, p.heads, q.shape[-1], q)
+    b_v = params.bias("bias_v", bias_v, p.heads, v.shape[-1], v)
+    temperature = p.temperature.view(1, p.heads, 1, 1)
+    options = {"causal": causal, "shared": p.shared_variance, "normalized": normalized_qk}
+    positions = params.positions(t, p.steps, q)
+    if t is None:
+        kernels = _ToeplitzKernels(p.steps, q, p.qk, p.vd, p.nu, **options)
+    else:
+        kernels = _IrregularKernels(positions, p.qk, p.vd, p.nu, **options)
+
+    if b_qk is not None:
+        q, k = q + b_qk, k + b_qk
+    if b_v is not None:
+        v = v + b_v
+    if normalized_qk:
+        q, k = params.unit(q), params.unit(k)
+    phase_qk = _phase(positions, p.qk.frequencies)
+    phase_v = phase_qk if p.shared_rotation else _phase(positions, p.vd.frequencies)
+    q_t, k_t, v_t = _unrotate(q, phase_qk), _unrotate(k, phase_qk), _unrotate(v, phase_v)
+    qn = kn = None
+    if p.nu is not None and not normalized_qk:
+        qn = complex_pairs.squared_modulus(q).unsqueeze(-1)
+        kn = complex_pairs.squared_modulus(k).unsqueeze(-2)
+
+    output, weights = _attend_blocks(
+        kernels,
+        q_t,
+        k_t,
+        v_t,
+        qn,
+        kn,
+        temperature,
+        causal=causal,
+        block=block,
+        want_weights=return_weights,
+    )
+    if phase_v is not None:
+        output = phase_v.apply(output)
+    if b_v is not None:
+        output = output - b_v
+    return AFAOutput(output, weights)
+
+
+def _phase(positions, frequencies) -> Rotation | None:
+    """``e^{i w_k t_i}``: ``(Bt, 1, T)`` positions, ``(H, n)`` frequencies -> ``(Bt, H, T, 2n)``."""
+    return None if frequencies is None else Rotation.at(positions, frequencies)
+
+
+def _unrotate(x, phase: Rotation | None):
+    """``e^{-i w t} x`` (into the frame of ``t = 0``); identity without a phase."""
+    return x if phase is None else phase.apply(x, sign=-1)
+
+
+def _attend_blocks(kernels, q, k, v, qn, kn, temperature, *, causal, block, want_weights):
+    """Run `_attend` over blocks of ``block`` queries; causal blocks stop at their last query.
+
+    Returns ``(output (B, H, T, Dv), weights (B, H, T, T) or None)``.
+    """
+    batch, heads, steps, _ = q.shape
+    flip = kernels.reversed_keys
+    if flip:  # keys [0, j1) in reverse order are then the last j1 of the reversed sequence
+        k, v = k.flip(-2), v.flip(-2)
+        kn = None if kn is None else kn.flip(-1)
+
+    def keys(x, dim, j1):
+        return x.narrow(dim, steps - j1 if flip else 0, j1)
+
+    outputs, weights = [], []
+    for i0 in range(0, steps, block):
+        i1 = min(i0 + block, steps)
+        j1 = i1 if causal else steps
+        out, attn = _attend(
+            kernels.tile(i0, i1, j1),
+            q[..., i0:i1, :],
+            keys(k, -2, j1),
+            keys(v, -2, j1),
+            None if qn is None else qn[..., i0:i1, :],
+            None if kn is None else keys(kn, -1, j1),
+            temperature,
+            causal=causal,
+            want_weights=want_weights,
+        )
+        outputs.append(out)
+        if want_weights:
+            attn = attn.flip(-1) if flip else attn
+            attn = torch.nn.functional.pad(attn, (0, steps - j1))
+            weights.append(attn.expand(batch, heads, i1 - i0, steps))
+    return torch.cat(outputs, dim=2), torch.cat(weights, dim=2) if want_weights else None
+
+
+class _PairKernels(NamedTuple):
+    """Lag kernels of the isotropic form on a set of (i, j) pairs (zero / -inf where masked).
+
+    log_prior : ``log P_v(tau)``, -inf on masked pairs.
+    value_decay : causal: ``E_v = e^{-a_v tau}``; non-causal: ``log E_v = -a_v tau`` (it grows
+        for ``tau < 0`` and is combined with the weights in log space).
+    query, key, cross : ``P_qk / nu``, ``P_qk E^2 / nu``, ``2 P_qk E / nu`` (None for
+        ``nu = inf``); with normalized queries/keys ``query`` holds ``(P_qk + P_qk E^2) / nu``
+        and ``key`` is None.
+    """
+
+    log_prior: torch.Tensor
+    value_decay: torch.Tensor
+    query: torch.Tensor | None
+    key: torch.Tensor | None
+    cross: torch.Tensor | None
+
+
+def _flush(factor: torch.Tensor, exponent: torch.Tensor) -> torch.Tensor:
+    """``factor`` with entries whose decay exponent ``a tau`` exceeds ``2 log(1 / eps)`` set to 0.
+
+    Such entries carry a factor ``e^{-a tau} < eps^2``: their terms are below the rounding of
+    the zero-lag ones, and as subnormal numbers they would slow every later product 10-50x.
+    """
+    limit = -2.0 * math.log(torch.finfo(factor.dtype).eps)
+    return torch.where(exponent > limit, torch.zeros((), dtype=factor.dtype), factor)
+
+
+def _pair_kernels(
+    lag, qk: HeadDynamics, vd: HeadDynamics, nu, *, causal: bool, shared: bool, normalized: bool
+) -> _PairKernels:
+    """Evaluate the lag kernels on ``lag``; the parameters broadcast against it."""
+    visible = lag >= 0
+    if causal:
+        lag = torch.clamp(lag, min=0.0)  # masked pairs: keep every exponential finite
+    log_var_v = log_variance(lag, vd.decay, vd.process_var, vd.measurement_var)
+    log_prior = -log_var_v
+    exponent_v = vd.decay * lag
+    if causal:
+        log_prior = log_prior.masked_fill(~visible, -math.inf)
+        value_decay = _flush(torch.exp(-exponent_v), exponent_v).masked_fill(~visible, 0.0)
+    else:
+        value_decay = -exponent_v
+    if nu is None:
+        return _PairKernels(log_prior, value_decay, None, None, None)
+    log_var = (
+        log_var_v if shared else log_variance(lag, qk.decay, qk.process_var, qk.measurement_var)
+    )
+    log_p = -torch.log(nu) - log_var  # log(P_qk / nu)
+    exponent = qk.decay * lag
+    coefficients = [
+        torch.exp(log_p),
+        _flush(torch.exp(log_p - 2 * exponent), 2 * exponent),
+        _flush(2 * torch.exp(log_p - exponent), exponent),
+    ]
+    if causal:
+        coefficients = [c.masked_fill(~visible, 0.0) for c in coefficients]
+    query, key, cross = coefficients
+    if normalized:
+        return _PairKernels(log_prior, value_decay, query + key, None, cross)
+    return _PairKernels(log_prior, value_decay, query, key, cross)
+
+
+class _ToeplitzKernels:
+    """Uniform grid ``t_i = i`` (seed 000 3.3): every kernel depends on ``i - j`` only.
+
+    The kernels are evaluated once per call on the ``2T - 1`` lags ``tau = m - (T - 1)``. With
+    the keys of a block taken in *reverse* order (``j = j1 - 1 - r``) a tile reads them as the
+    Hankel window ``x[T - j1 + i + r]``: a strided view, no copy or gather.
+    """
+
+    reversed_keys = True
+
+    def __init__(self, steps: int, like, qk, vd, nu, **options):
+        lag = torch.arange(1 - steps, steps, dtype=like.dtype, device=like.device)
+
+        def heads(x):
+            return None if x is None else x.view(-1, 1)
+
+        self.vectors = _pair_kernels(
+            lag, HeadDynamics(*map(heads, qk)), HeadDynamics(*map(heads, vd)), heads(nu), **options
+        )
+        self.steps = steps
+
+    def tile(self, i0: int, i1: int, j1: int) -> _PairKernels:
+        first = self.steps - j1 + i0
+
+        def window(x):
+            # slice before unfolding, so autograd's backward of the window touches only the
+            # (i1 - i0) + j1 - 1 lags this tile reads, not every window of the vector
+            rows = i1 - i0
+            return x[:, first : first + rows + j1 - 1].unfold(-1, j1, 1).unsqueeze(0)
+
+        return _PairKernels(*(None if x is None else window(x) for x in self.vectors))
+
+
+class _IrregularKernels:
+    """Arbitrary time stamps: the kernels are evaluated on each block's lags."""
+
+    reversed_keys = False
+
+    def __init__(self, times, qk, vd, nu, **options):
+        def heads(x):
+            return None if x is None else x.view(-1, 1, 1)
+
+        self.times = times  # (Bt, 1, T)
+        self.qk = HeadDynamics(*map(heads, qk))
+        self.vd = HeadDynamics(*map(heads, vd))
+        self.nu = heads(nu)
+        self.options = options
+
+    def tile(self, i0: int, i1: int, j1: int) -> _PairKernels:
+        lag = self.times[..., i0:i1].unsqueeze(-1) - self.times[..., :j1].unsqueeze(-2)
+        return _pair_kernels(lag, self.qk, self.vd, self.nu, **self.options)
+
+
+def _attend(tile: _PairKernels, q, k, v, qn, kn, temperature, *, causal: bool, want_weights: bool):
+    """One block of queries: logits, softmax over the keys, value decay, weighted values.
+
+    ``L = log P_v - temperature log(1 + P_qk |R|^2 / nu)`` with the factorised residual
+    ``P_qk |R|^2 / nu = query |Zq_i|^2 + key |Zk_j|^2 - cross Re(Zq~_i^H Zk~_j)`` (one matmul);
+    ``A = softmax_j(L)``, ``A_hat = E_v * A``; returns ``(A_hat Zv~, A or None)``.
+    """
+    logits = tile.log_prior
+    if tile.query is not None:
+        s = tile.query if qn is None else tile.query * qn
+        if tile.key is not None:
+            s = torch.addcmul(s, tile.key, kn)
+        s = torch.addcmul(s, tile.cross, complex_pairs.real_inner(q, k), value=-1.0)
+        # |R|^2 >= 0: a negative value is round-off of the cancelling expansion; clamp it.
+        s = torch.clamp(s, min=0.0)
+        logits = torch.addcmul(logits, temperature, torch.log1p(s), value=-1.0)
+    if causal:
+        attn = torch.softmax(logits, dim=-1)
+        return (attn * tile.value_decay) @ v, attn if want_weights else None
+    lse = torch.logsumexp(logits, dim=-1, keepdim=True)
+    out = torch.exp(logits + tile.value_decay - lse) @ v
+    return out, torch.exp(logits - lse) if want_weights else None

@@ -1,0 +1,61 @@
+"""The one rotation: ``x -> r e^{i theta} x`` on real pairs ``[re | im]``.
+
+Every layer that rotates features (AFA's co-rotating frame, RFA, RT-AFA, RT-RFA, RoPE and its
+decayed variants, the unrolled filter's transition, the fused kernels' pre- and post-rotation)
+uses this module: a `Rotation` holds the factors laid out for real pairs,
+
+    cos2 = r [cos theta | cos theta],    sin2 = r [-sin theta | sin theta],
+
+and `Rotation.apply` multiplies by ``e^{sign i theta}`` (times ``r``) in one fused product,
+
+    (re + i im) r (cos + i sin) = [re r cos - im r sin | im r cos + re r sin]
+                                = x * cos2 + swap(x) * sin2,      swap([re | im]) = [im | re].
+
+``r = 1`` is a pure rotation (the rotary factors of seed 004 / RoPE and seed 000 3.6's
+``Phi = e^{i omega t}``); ``r = e^{-a h}`` gives the transition ``e^{(-a + i omega) h}`` of the
+unrolled filter (seed 000 B.2). `Rotation.at` builds the factors ``omega_k t_i`` from real time
+stamps: ``t (Bt, 1, T)`` and ``omega (H, n)`` give ``(Bt, H, T, 2n)`` tensors (the angles are
+formed from the given stamps, no offset is added, so a time shift changes every angle by
+``omega c`` and relative phases are exact up to rounding of ``omega t``).
+
+Shapes: ``x (..., 2n)``; ``cos2, sin2`` broadcast against it.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+
+class Rotation(NamedTuple):
+    """``r e^{i theta}`` for real pairs: ``cos2 = r [cos | cos]``, ``sin2 = r [-sin | sin]``."""
+
+    cos2: torch.Tensor
+    sin2: torch.Tensor
+
+    @classmethod
+    def of(cls, cos: torch.Tensor, sin: torch.Tensor) -> Rotation:
+        """From per-feature factors ``cos, sin (..., n)`` (``r cos theta``, ``r sin theta``)."""
+        return cls(torch.cat((cos, cos), dim=-1), torch.cat((-sin, sin), dim=-1))
+
+    @classmethod
+    def at(cls, times: torch.Tensor, frequencies: torch.Tensor) -> Rotation:
+        """Angles ``omega_k t_i``: ``times (Bt, 1, T)``, ``frequencies (H, n)`` -> ``(Bt, H, T,
+        2n)`` factors."""
+        angles = times.unsqueeze(-1) * frequencies.unsqueeze(-2)
+        return cls.of(torch.cos(angles), torch.sin(angles))
+
+    def apply(self, x: torch.Tensor, sign: int = 1) -> torch.Tensor:
+        """``x r e^{sign i theta}`` on real pairs ``(..., 2n)``; ``sign`` is +1 or -1.
+
+        ``sign = -1`` conjugates the phase and keeps ``r`` (for ``r = 1`` the inverse).
+        """
+        swapped = x.roll(x.shape[-1] // 2, dims=-1)
+        if sign > 0:
+            return torch.addcmul(x * self.cos2, swapped, self.sin2)
+        return torch.addcmul(x * self.cos2, swapped, self.sin2, value=-1)
+
+    def rows(self, index) -> Rotation:
+        """The factors of rows ``index`` (a slice of the time axis, the second to last)."""
+        return Rotation(self.cos2[..., index, :], self.sin2[..., index, :])

@@ -1,0 +1,219 @@
+"""RFA's torch form: seed 004 Algorithm 1 in blocks of query rows, ``O(T^2 + T D)`` memory.
+
+Per head (rotations ``Phi^-_i = e^{-i omega t_i}``, the one rotation of
+`kernels.ops.common.rotation`; ``E_ij = e^{-mu |t_i - t_j|}``, ``P = 1/V``, ``B = log P``)::
+
+    q~, k~, v~ = Phi^- q, Phi^- k, Phi^- v
+    |R_ij|^2   = |q_i|^2 + E_ij^2 |k_j|^2 - 2 E_ij Re(q~_i^H k~_j)    (eq. 10, one matmul)
+    L_ij       = B_ij - kappa log(1 + P_ij |R_ij|^2 / nu)              (eq. 11; `params`)
+    A          = softmax_j(tau_s L + M_causal) * E,   out_i = Phi^+_i sum_j A_ij v~_j
+
+with the ablation switches of seed 004 E.2 (`kernels.ops.rfa`). Queries are processed in blocks
+of ``block_size`` rows, each against the keys it may see (the causal triangle only), so the
+``(B, H, block, <= T)`` temporaries stay in cache and the masked half is never computed. With
+``t=None`` (``t_i = i``) the lag kernels are Toeplitz: they are evaluated once per call on a
+vector of ``T + 2 block`` lags, laid out as one ``(H, block, T + block)`` strip (a window view
+with its rows reversed), and each block reads a slice of it. With explicit stamps the lags of
+each block are evaluated from ``t``. There is no data-dependent Python control flow after the
+argument checks (the block loop depends on shapes only), so ``torch.compile`` traces it.
+
+Shapes: ``q, k (B, H, T, D)``, ``v (B, H, T, Dv)``; output ``(B, H, T, Dv)``; weights
+``(B, H, T, T)``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from kernels.ops.common import complex_pairs
+from kernels.ops.common.attention import AttentionOutput, future_keys
+from kernels.ops.common.params import Dynamics, Robust
+from kernels.ops.common.rotation import Rotation
+from kernels.ops.rfa import params
+from kernels.ops.rfa.params import Config
+from kernels.ops.rfa.precision import lag_variance
+
+# Default query rows per block: about 2^18 elements per (B, H, rows, <= T) temporary (1 MB in
+# float32, the L2 size of the benchmark CPU), within [16, 256]: 32 rows at B H = 8, T = 1024,
+# measured 10-20 % faster there than 64 or 128 rows.
+_BLOCK_ELEMENTS = 2**18
+_BLOCK_ROWS = (16, 256)
+
+
+def rfa_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    t,
+    dynamics: Dynamics,
+    robust: Robust,
+    anchor_var,
+    steady_state: bool,
+    causal: bool,
+    return_weights: bool,
+    weight_kernel: str,
+    precision_prior: bool,
+    precision_gate: bool,
+    rotate_qk: bool,
+    rotate_values: bool,
+    unitary_limit: bool,
+    block_size: int | None,
+) -> AttentionOutput:
+    """The torch form (module docstring); arguments as `kernels.ops.rfa.rfa_attention`."""
+    p = params.prepare(
+        q,
+        k,
+        v,
+        t,
+        dynamics,
+        robust,
+        anchor_var=anchor_var,
+        steady_state=steady_state,
+        weight_kernel=weight_kernel,
+        precision_prior=precision_prior,
+        precision_gate=precision_gate,
+        unitary_limit=unitary_limit,
+        rotate_values=rotate_values,
+        like=q,
+    )
+    batch, heads, steps, times, cfg = p.batch, p.heads, p.steps, p.times, p.config
+    if block_size is None:
+        low, high = _BLOCK_ROWS
+        block_size = max(low, min(high, _BLOCK_ELEMENTS // (batch * heads * steps)))
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"block_size must be a positive integer, found {block_size!r}")
+
+    rotation = Rotation.at(times, p.frequencies)  # (B', H, T, D)
+    q_rot = rotation.apply(q, sign=-1) if rotate_qk else q
+    k_rot = rotation.apply(k, sign=-1) if rotate_qk else k
+    v_rot = rotation.apply(v, sign=-1) if rotate_values else v
+    q_norm = complex_pairs.squared_modulus(q).unsqueeze(-1)  # (B, H, T, 1), rotation-invariant
+    k_norm = complex_pairs.squared_modulus(k).unsqueeze(-2)  # (B, H, 1, T)
+
+    block = min(block_size, steps)
+    width = steps + block - 1 if causal else 2 * steps - 1
+    strip = None
+    if t is None:
+        # Toeplitz: strip[a, m] = f(|a + T - 1 - m|) = w[block - 1 - a + m] for the per-lag
+        # values w[y] = f(|T + block - 2 - y|): windows of w (a view), rows reversed.
+        count = width + block - 1
+        lag_vector = (steps + block - 2 - torch.arange(count, device=q.device)).abs().to(q.dtype)
+        reverse = torch.arange(block - 1, -1, -1, device=q.device)
+        per_lag = _terms(lag_vector.view(1, 1, -1), cfg)
+        strip = _Terms(*(_toeplitz_strip(x, width, reverse) for x in per_lag))
+    # additive causal mask of a diagonal block (0 on and below the diagonal, -inf above)
+    future = torch.zeros(block, block, dtype=q.dtype, device=q.device).masked_fill(
+        future_keys(block, device=q.device), float("-inf")
+    )
+    weights = q.new_zeros(batch, heads, steps, steps) if return_weights else None
+
+    outputs = []
+    for r0 in range(0, steps, block):
+        r1 = min(r0 + block, steps)
+        cols = r1 if causal else steps
+        if strip is None:
+            lag_abs = (times[..., r0:r1].unsqueeze(-1) - times[..., :cols].unsqueeze(-2)).abs()
+            terms = _terms(lag_abs, cfg)
+        else:
+            start = steps - 1 - r0
+            terms = _Terms(*(_slice(x, r1 - r0, start, cols) for x in strip))
+        s = complex_pairs.real_inner(q_rot[:, :, r0:r1], k_rot[:, :, :cols])
+        logits = _logits(s, q_norm[:, :, r0:r1], k_norm[..., :cols], terms, cfg)
+        if causal:
+            logits[..., r0:r1] += future[: r1 - r0, : r1 - r0]
+        attention = torch.softmax(logits, dim=-1)
+        if terms.decay is not None:
+            attention = attention * terms.decay  # post-softmax decay, A = A^ * E
+        outputs.append(attention @ v_rot[:, :, :cols])
+        if weights is not None:
+            weights[:, :, r0:r1, :cols] = attention
+    out = torch.cat(outputs, dim=2)
+    if rotate_values:
+        out = rotation.apply(out, sign=1)
+    return AttentionOutput(out, weights)
+
+
+class _Terms(NamedTuple):
+    """Lag-dependent factors of the logits; any may be None (absent)."""
+
+    bias: torch.Tensor | None  # tau log P
+    gq: torch.Tensor | None  # coefficient of |q_i|^2 in u
+    gk: torch.Tensor | None  # coefficient of |k_j|^2 in u
+    gs: torch.Tensor | None  # coefficient of Re(q~_i^H k~_j) in u
+    decay: torch.Tensor | None  # E, applied after the softmax
+
+
+def _terms(lag_abs: torch.Tensor, cfg: Config) -> _Terms:
+    """Logit factors at lags ``lag_abs`` (broadcasting against the ``(H, 1, 1)`` parameters).
+
+    The logits are ``bias - tau kappa log(1 + u)`` (Student-t) or ``bias - u`` (linear) with
+    ``u = gq |q_i|^2 + gk |k_j|^2 + gs Re(q~_i^H k~_j)``, i.e. ``u = c P |R_ij|^2`` by eq. (10).
+    """
+    if cfg.unitary_limit:
+        return _Terms(None, None, None, -cfg.temperature * cfg.dot_scale, None)
+    decay = torch.exp(-cfg.decay * lag_abs)
+    bias, gate = None, None
+    if cfg.precision_prior:
+        variance = lag_variance(
+            lag_abs,
+            decay=cfg.decay,
+            process_var=cfg.process_var,
+            measurement_var=cfg.measurement_var,
+            anchor_var=cfg.anchor_var,
+            steady_state=cfg.steady_state,
+        )
+        log_precision = -torch.log(variance)
+        bias = cfg.temperature * log_precision
+        if cfg.precision_gate:
+            gate = torch.exp(log_precision)
+        else:  # M2.3: the gate frozen at its lag-0 value 1 / (eta^2 + gamma^2)
+            gate = 1.0 / (cfg.measurement_var + cfg.anchor_var)
+    if cfg.penalty == "none":
+        return _Terms(bias, None, None, None, decay)
+    g = cfg.gate_scale if gate is None else gate * cfg.gate_scale
+    return _Terms(bias, g, g * decay * decay, -2.0 * g * decay, decay)
+
+
+def _logits(s, qn, kn, terms: _Terms, cfg: Config) -> torch.Tensor:
+    """``tau_s L`` of a block: ``s (B, H, r, c)``, ``qn (B, H, r, 1)``, ``kn (B, H, 1, c)``."""
+    if terms.gs is None:
+        if terms.bias is None:  # flat prior and no penalty: uniform weights
+            return torch.zeros_like(s)
+        return terms.bias.expand(s.shape).clone()
+    if cfg.penalty == "log":
+        # w = 1 + u, with the 1 folded into the first product (one pass fewer)
+        w = torch.addcmul(s.new_ones(()), s, terms.gs)
+        w = torch.addcmul(w, terms.gq, qn)
+        w = torch.addcmul(w, terms.gk, kn)
+        # |R|^2 is a difference of rounded terms and can dip below 0 by round-off when q_i is
+        # close to the transported key; u >= 0 holds exactly, and the clamp keeps w >= 1 > 0.
+        # log(1 + u) rather than log1p(u): cheaper, and its absolute error (what the softmax
+        # sees) is one ulp of 1 + u either way.
+        penalty = torch.log(w.clamp_min_(1))
+        if terms.bias is None:
+            return penalty * cfg.neg_coef
+        return torch.addcmul(terms.bias, penalty, cfg.neg_coef)
+    u = s * terms.gs
+    if terms.gq is not None:
+        u = torch.addcmul(u, terms.gq, qn)
+        u = torch.addcmul(u, terms.gk, kn)
+    if terms.bias is None:
+        return -u
+    return terms.bias - u
+
+
+def _toeplitz_strip(x: torch.Tensor | None, width: int, reverse: torch.Tensor):
+    """``(H, 1, L)`` per-lag values -> ``(H, block, width)`` strip ``x[h, 0, block-1-a+m]``."""
+    if x is None or x.shape[-1] == 1:
+        return x  # absent, or constant along the lags
+    return x[:, 0].unfold(-1, width, 1).index_select(-2, reverse)
+
+
+def _slice(x: torch.Tensor | None, rows: int, start: int, cols: int):
+    """Rows ``[0, rows)`` and strip columns ``[start, start + cols)`` of a Toeplitz strip term."""
+    if x is None or x.ndim < 2 or x.shape[-1] == 1:
+        return x  # absent, or constant along the lags
+    return x[..., :rows, start : start + cols]
