@@ -36,8 +36,8 @@ import math
 import torch
 
 from kernels.functional import complex_pairs
-from kernels.functional.kla import mobius_combine, prefix_scan
 from kernels.functional.lags import isotropic_variance, relaxation
+from kernels.ops.kla.scan import mobius_combine, prefix_scan
 
 # Steps per chunk: the (C, C) decay matrix per sequence and head bounds the memory.
 CHUNK = 256
