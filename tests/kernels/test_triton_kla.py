@@ -1,13 +1,13 @@
 """The Triton KLA chunked scan against the torch `kla_scan` (DESIGN.md section 2, link 5).
 
-On CPU the kernels run in the Triton interpreter (``tests/kernels/conftest.py`` sets
+Without CUDA the kernels run in the Triton interpreter (``tests/kernels/conftest.py`` sets
 ``TRITON_INTERPRET=1``) at tiny shapes: a few programs of a few chunks, with T never a multiple
 of the chunk. The reference is the torch odd-even scan in float64 on the same (rounded) inputs;
 tolerances come from `kernels.tolerances` with their derivations. Gradients are compared
 relative to the largest entry of each reference gradient (see the "grad" entries).
-``@pytest.mark.gpu`` tests repeat the parity at T = 2^16 on CUDA; run them compiled with
-``TRITON_INTERPRET=0 pytest tests/kernels/test_triton_kla.py -m gpu`` (the conftest sets the
-interpreter only where the variable is unset).
+``@pytest.mark.gpu`` tests repeat the parity at T = 2^16 on CUDA, compiled:
+``pytest tests/kernels/test_triton_kla.py -m gpu`` (where CUDA is present the conftest leaves
+``TRITON_INTERPRET`` unset; an explicit value is kept).
 """
 
 from __future__ import annotations
