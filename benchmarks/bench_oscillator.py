@@ -7,7 +7,7 @@ U(0.02, 0.2)), D channels, J query modes and M = J drive modes (section 7), mixe
 (query fit, logits, softmax, average value read-out):
 
 closed-form
-    `kernels.functional.oscillator.oscillator_attention` (torch; ``--device`` picks CPU/CUDA).
+    `kernels.ops.oscillator.oscillator_attention` (torch; ``--device`` picks CPU/CUDA).
 ode-reference
     `estimators.oscillator_reference.oscillator_attention`: for every key and value, DOP853
     (`scipy.integrate.solve_ivp`, ``--rtol``) of the driven oscillator with the attention
@@ -36,7 +36,7 @@ import torch
 from _harness import interleaved_best
 
 from estimators import oscillator_reference as ref
-from kernels.functional import oscillator as osc
+from kernels.ops import oscillator as osc
 
 
 def _workload(steps: int, dim: int, modes: int, seed: int = 0):

@@ -28,7 +28,7 @@ win, when they do, by replacing T small numpy calls over B * D numbers with O(lo
 The depth column is what a GPU's parallel time scales with.
 
 Torch section (after the numpy table; ``--skip-torch`` leaves it out): the torch layer's filter
-`kernels.functional.kla.kla_scan` in float32 (the paper's precision) on B sequences of N x D
+`kernels.ops.kla.kla_scan` in float32 (the paper's precision) on B sequences of N x D
 filters (default B = 1, N = 16, D = 16), forward only under ``torch.no_grad``, at
 T = 2^8 .. 2^16 (quick: 2^8, 2^10): ``parallel`` (the odd-even work-efficient scan, 2 ceil(log2 T)
 levels, O(T) work) and ``hillis-steele`` (doubling, ceil(log2 T) levels, O(T log T) work), each
@@ -137,7 +137,7 @@ def torch_section(quick: bool, device: str, repeats: int) -> None:
     """Torch `kla_scan`, parallel against sequential, float32, forward only."""
     import torch
 
-    from kernels.functional.kla import kla_scan, ou_prior
+    from kernels.ops.kla import kla_scan, ou_prior
 
     lengths = [2**8, 2**10] if quick else [2**e for e in range(8, 17, 2)]
     B, N, D = (1, 4, 8) if quick else (1, 16, 16)

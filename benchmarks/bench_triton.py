@@ -31,7 +31,7 @@ attention (``--skip-attention`` leaves it out)
     log(T) per contestant (1: linear, 2: quadratic).
 
 kla (``--skip-kla`` leaves it out)
-    ``kernels.functional.kla.kla_scan`` in float32 on B sequences of N x D filters (default
+    ``kernels.ops.kla.kla_scan`` in float32 on B sequences of N x D filters (default
     B = 2, N = 16, D = 32: 512 channels), keys (B, T, N, 1), values (B, T, 1, D), per-channel
     OU prior, ``T = 2^10 .. 2^16``: ``backend="triton"`` (the chunked scan; one row per
     ``--kla-chunks`` size) against the torch loop ``method="sequential"`` (T `kla_step` calls)
@@ -74,7 +74,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from kernels.functional import isotropic_afa, rfa_attention  # noqa: E402
-from kernels.functional.kla import kla_scan, ou_prior  # noqa: E402
+from kernels.ops.kla import kla_scan, ou_prior  # noqa: E402
 
 BATCH, HEADS = 2, 8
 ATTENTION = ("sdpa (flash)", "flex", "isotropic AFA (triton)", "RFA (triton)")
@@ -330,7 +330,7 @@ def kla_inputs(batch: int, steps: int, slots: int, channels: int, device, seed: 
 def kla_section(
     lengths, chunks, block, batch, slots, channels, repeats, warmup, device
 ) -> list[dict]:
-    from kernels.triton.kla_scan import BLOCK_C, kla_scan_triton
+    from kernels.ops.kla.triton import BLOCK_C, kla_scan_triton
 
     block = block or BLOCK_C
 

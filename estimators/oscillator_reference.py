@@ -1,6 +1,6 @@
 """Numerical reference for oscillator attention (seed 002, ContiFormer-style; digest Alg. D).
 
-A float64 test oracle for ``kernels.functional.oscillator`` and the peer of
+A float64 test oracle for ``kernels.ops.oscillator`` and the peer of
 ``benchmarks/bench_oscillator.py``: no closed form is used. For every key ``j`` the driven
 oscillator ODE (seed 002 eqs. 2/7, 62, with the section 7 drive in ``t - t_j``)
 

@@ -64,7 +64,7 @@ TOLERANCES: dict[tuple[str, str, str, str], Tolerance] = {
         "the bfloat16 derivation with float16's unit roundoff 2^-11 (4x smaller)",
     ),
     # --- end filtering attention ---------------------------------------------------------------
-    # --- KLA chunked scan (kernels/triton/kla_scan.py) -----------------------------------------
+    # --- KLA chunked scan (kernels/ops/kla/triton.py) ------------------------------------------
     # Triton (fp32 arithmetic) against the torch scan in float64 on the same rounded inputs.
     # u = 2^-24 (fp32 unit roundoff). One chunk of 64 tokens is a scan of depth at most
     # 2 log2(64) = 12 combines plus the carry and its renormalisation: 14 dependent combines of

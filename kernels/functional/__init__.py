@@ -14,8 +14,10 @@ op folder under `kernels.ops` and re-exported here.
   banks (`kernels.ops.common.positional`): `rope_frequencies`, `spectral_coupling`,
   `SpectralCoupling`, `alibi_slopes`, `sinusoidal_embedding`.
 
-KLA (seed 001) and the oscillator layer (seed 002) are `kernels.functional.kla` and
-`kernels.functional.oscillator`.
+* KLA, seed 001 (`kernels.ops.kla`): `kla_scan`, `kla_step`, `ou_prior`, `mc_marginal_nll`,
+  `prefix_scan`, the types `KLAState`, `KLAScanResult`;
+* OsciFormer, seed 002 (`kernels.ops.oscillator`): `oscillator_attention`,
+  `oscillator_logits`, `oscillator_values`, `fit_query`, `OscillatorParams`.
 """
 
 from kernels.ops.afa import AFAOutput, isotropic_afa, predict, separable_afa, tensor_afa
@@ -34,6 +36,22 @@ from kernels.ops.common.positional import (
     sinusoidal_embedding,
     spectral_coupling,
 )
+from kernels.ops.kla import (
+    KLAScanResult,
+    KLAState,
+    kla_scan,
+    kla_step,
+    mc_marginal_nll,
+    ou_prior,
+    prefix_scan,
+)
+from kernels.ops.oscillator import (
+    OscillatorParams,
+    fit_query,
+    oscillator_attention,
+    oscillator_logits,
+    oscillator_values,
+)
 from kernels.ops.rfa import lag_variance, rfa_attention, rfa_lag_kernel
 from kernels.ops.rt import RTAFAOutput, RTRFAOutput, rt_afa, rt_rfa
 from kernels.ops.unrolled import UnrolledAFAResult, kalman_attention, unrolled_afa
@@ -42,6 +60,9 @@ __all__ = [
     "AFAOutput",
     "AttentionOutput",
     "Dynamics",
+    "KLAScanResult",
+    "KLAState",
+    "OscillatorParams",
     "RTAFAOutput",
     "RTRFAOutput",
     "Robust",
@@ -50,10 +71,19 @@ __all__ = [
     "alibi_attention",
     "alibi_slopes",
     "decayed_rope_attention",
+    "fit_query",
     "isotropic_afa",
     "kalman_attention",
+    "kla_scan",
+    "kla_step",
     "lag_variance",
+    "mc_marginal_nll",
+    "oscillator_attention",
+    "oscillator_logits",
+    "oscillator_values",
+    "ou_prior",
     "predict",
+    "prefix_scan",
     "rfa_attention",
     "rfa_lag_kernel",
     "rope_attention",

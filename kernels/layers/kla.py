@@ -17,7 +17,9 @@ Table 6). Time stamps ``t`` scale the step: token i advances the prior by
 ``Delta (t_i - t_{i-1})``, the first token by ``Delta`` (default ``t_i = i``: every step
 ``Delta``). The readout is ``y_t[d] = sum_n q_t[n] mu_t[n, d]`` with variance
 ``sum_n q_t[n]^2 / lam_t[n, d]`` (Alg. 1), then an output projection E -> E. The filter starts
-from ``lam_0 = 1, eta_0 = 0`` (the authors' code; the paper never states it).
+from ``lam_0 = 1, eta_0 = 0`` (the authors' code; the paper never states it). The scan is
+`kernels.ops.kla.kla_scan`: ``backend`` picks its torch form or its chunked Triton scan
+(`kernels.backend.use_triton`); the decoding `step` is always torch.
 
 The layer is causal by construction (a filter); the Mamba-style block around it (causal
 convolution, gating, skip) is not part of this layer.
@@ -31,7 +33,9 @@ import torch
 from torch import nn
 
 from kernels._validation import check_input, check_times
-from kernels.functional.kla import (
+from kernels.backend import BACKENDS
+from kernels.layers.parameters import inverse_softplus, seeded_linear
+from kernels.ops.kla import (
     P_CONVENTIONS,
     SCAN_METHODS,
     KLAState,
@@ -39,7 +43,6 @@ from kernels.functional.kla import (
     kla_step,
     ou_prior,
 )
-from kernels.layers.parameters import inverse_softplus, seeded_linear
 
 # Floor of the value variance softplus(l) + floor (the authors' map): Lambda^v <= 1e4.
 VALUE_VARIANCE_FLOOR = 1e-4
@@ -63,7 +66,10 @@ class KalmanLinearAttention(nn.Module):
     num_slots : N state slots per channel (the paper's ``d_state``, default 16).
     p_convention : ``"paper"`` (``p_bar`` carries ``p^2``, eq. (8)) or ``"code"`` (``p``).
     process_noise : False gives ``p_bar = 0`` (the p = 0 ablation; no ``p`` parameter).
-    method : ``"parallel"`` or ``"sequential"`` (see `kernels.functional.kla.kla_scan`).
+    method : ``"parallel"`` or ``"sequential"`` (see `kernels.ops.kla.kla_scan`).
+    backend : ``"auto"`` (the chunked Triton scan for CUDA tensors in float32, bfloat16 or
+        float16 with ``method="parallel"``, torch otherwise), ``"torch"`` or ``"triton"``
+        (`kernels.backend.use_triton`); passed to `kernels.ops.kla.kla_scan` at every forward.
     generator, device, dtype : initialisation RNG (no global RNG when given) and factory options.
     """
 
@@ -75,6 +81,7 @@ class KalmanLinearAttention(nn.Module):
         p_convention: str = "paper",
         process_noise: bool = True,
         method: str = "parallel",
+        backend: str = "auto",
         generator: torch.Generator | None = None,
         device=None,
         dtype=None,
@@ -87,8 +94,10 @@ class KalmanLinearAttention(nn.Module):
             raise ValueError(f"p_convention must be one of {P_CONVENTIONS}, found {p_convention!r}")
         if method not in SCAN_METHODS:
             raise ValueError(f"method must be one of {SCAN_METHODS}, found {method!r}")
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, found {backend!r}")
         self.embed_dim, self.num_slots = embed_dim, num_slots
-        self.p_convention, self.method = p_convention, method
+        self.p_convention, self.method, self.backend = p_convention, method, backend
         factory = {"device": device, "dtype": dtype}
         self.in_proj = seeded_linear(
             embed_dim, 2 * num_slots + 2 * embed_dim, generator=generator, **factory
@@ -155,7 +164,7 @@ class KalmanLinearAttention(nn.Module):
             gaps = torch.cat([torch.ones_like(t[:, :1]), t[:, 1:] - t[:, :-1]], dim=1)
         a_bar, p_bar = self.prior(gaps)
         k, q, v, lam_v = self._tokens(x)
-        res = kla_scan(k, lam_v, v, a_bar, p_bar, q=q, method=self.method)
+        res = kla_scan(k, lam_v, v, a_bar, p_bar, q=q, method=self.method, backend=self.backend)
         return res.output.sum(dim=-2), res.output_variance.sum(dim=-2)
 
     def forward(self, x: torch.Tensor, t=None, *, need_weights: bool = False):

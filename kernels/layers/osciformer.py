@@ -1,7 +1,7 @@
 """OsciFormer attention: multi-head closed-form oscillator attention on ``(B, T, E)`` (seed 002).
 
 Seed 002 section 6-7 and App. A.5 (digest 002 sections 1.8-1.9, Alg. A); the math is in
-`kernels.functional.oscillator`.
+`kernels.ops.oscillator`.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from kernels._validation import check_heads, check_input
-from kernels.functional.oscillator import OscillatorParams, oscillator_attention
 from kernels.layers.heads import merge_heads, split_heads
 from kernels.layers.parameters import inverse_softplus
+from kernels.ops.oscillator import OscillatorParams, oscillator_attention
 
 __all__ = ["OscillatorAttention"]
 

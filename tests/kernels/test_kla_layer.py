@@ -1,4 +1,8 @@
-"""Kalman Linear Attention in torch (seed 001) against the float64 numpy information filter."""
+"""Kalman Linear Attention in torch (seed 001) against its float64 oracles.
+
+The oracles: the numpy information filter `estimators.scan.kla_filter` and the family's naive
+token loop `kernels.ops.kla.naive` (moment form, itself checked against the numpy filter here).
+"""
 
 from __future__ import annotations
 
@@ -8,14 +12,15 @@ import torch
 
 from estimators.closed_forms.kla import ou_discretisation
 from estimators.scan import kla_filter
-from kernels.functional.kla import (
+from kernels.layers.kla import KalmanLinearAttention
+from kernels.ops.kla import (
     KLAState,
     kla_scan,
     kla_step,
     mc_marginal_nll,
+    naive_kla,
     ou_prior,
 )
-from kernels.layers.kla import KalmanLinearAttention
 from tests.kernels.helpers import assert_close
 
 F64 = torch.float64
@@ -71,6 +76,50 @@ def test_scan_equals_numpy_information_filter(zero_p, method, T):
         scale = expected.abs().max().item()  # entries near 0 get the field's absolute scale
         assert_close(name, actual, expected, atol=ORACLE_TOL * scale, rtol=ORACLE_TOL)
     assert_close("final lam", res.state.lam, torch.tensor(ref.precision[:, -1]), atol=0, rtol=1e-12)
+
+
+@pytest.mark.parametrize("zero_p", [False, True])
+def test_naive_equals_numpy_information_filter(zero_p):
+    """The naive oracle (moment form, token by token) = the numpy information filter: two
+    independent float64 routes, missing tokens included."""
+    k, lam_v, v, q, a, p = _problem(10, T=37, zero_p=zero_p)
+    a_bar, p_bar = ou_prior(torch.tensor(a), torch.tensor(p), 0.1)
+    ref = kla_filter(
+        k, lam_v, v, a_bar.numpy(), p_bar.numpy(), q=q, lam0=1.3, eta0=0.4, method="recursion"
+    )
+    res = naive_kla(
+        *(torch.tensor(x) for x in (k, lam_v, v)), a_bar, p_bar, q=torch.tensor(q), lam0=1.3,
+        eta0=0.4,
+    )  # fmt: skip
+    for name, actual in _fields(res).items():
+        expected = torch.tensor(getattr(ref, name))
+        scale = expected.abs().max().item()
+        assert_close(name, actual, expected, atol=ORACLE_TOL * scale, rtol=ORACLE_TOL)
+
+
+@pytest.mark.parametrize("method", ["parallel", "hillis-steele", "sequential"])
+def test_scan_equals_naive_state_expanded_irregular(method):
+    """Every scan = the naive oracle on (B, T, N, D) tokens (keys (B, T, N, 1), values
+    (B, T, 1, D)) with a per-token prior (irregular steps) and a per-row initial belief."""
+    g = torch.Generator().manual_seed(12)
+    B, T, N, D = 2, 19, 3, 4
+    k = torch.randn(B, T, N, 1, generator=g, dtype=F64)
+    lam_v = torch.exp(torch.randn(B, T, 1, D, generator=g, dtype=F64))
+    lam_v = torch.where(torch.rand(B, T, 1, D, generator=g, dtype=F64) < 0.2, 0.0, lam_v)
+    v = torch.randn(B, T, 1, D, generator=g, dtype=F64)
+    q = torch.randn(B, T, N, 1, generator=g, dtype=F64)
+    dt = 0.05 + torch.rand(B, T, 1, 1, generator=g, dtype=F64)
+    rate, diffusion = (0.1 + torch.rand(N, D, generator=g, dtype=F64) for _ in range(2))
+    a_bar, p_bar = ou_prior(rate, diffusion, dt)
+    lam0 = 0.5 + torch.rand(B, N, D, generator=g, dtype=F64)
+    eta0 = torch.randn(B, N, D, generator=g, dtype=F64)
+    args = (k, lam_v, v, a_bar, p_bar)
+    res = kla_scan(*args, q=q, lam0=lam0, eta0=eta0, method=method)
+    ref = naive_kla(*args, q=q, lam0=lam0, eta0=eta0)
+    for name, expected in _fields(ref).items():
+        scale = expected.abs().max().item()
+        assert_close(name, _fields(res)[name], expected, atol=ORACLE_TOL * scale, rtol=ORACLE_TOL)
+    assert_close("final lam", res.state.lam, ref.state.lam, atol=0, rtol=ORACLE_TOL)
 
 
 def test_per_token_prior_matches_numpy():
@@ -338,6 +387,33 @@ def test_layer_generator_only_init():
     assert (step >= 1e-3 - 1e-12).all() and (step <= 1e-1 + 1e-12).all()
     f32 = KalmanLinearAttention(8, 4, generator=torch.Generator().manual_seed(0))
     assert f32.in_proj.weight.dtype == torch.float32
+
+
+def test_layer_backend_reaches_the_scan(monkeypatch):
+    """``backend`` is stored and handed to `kla_scan` at every forward (the readout path);
+    the decoding step stays torch. An unknown backend is refused at construction."""
+    import kernels.layers.kla as kla_layer
+
+    seen = []
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["backend"])
+        return kla_scan(*args, **kwargs)
+
+    monkeypatch.setattr(kla_layer, "kla_scan", spy)
+    x = torch.randn(1, 5, 8, generator=torch.Generator().manual_seed(9), dtype=F64)
+    for backend in ("auto", "torch"):
+        layer = _layer(backend=backend)
+        assert layer.backend == backend
+        layer(x)
+        layer.readout(x)
+    assert seen == ["auto", "auto", "torch", "torch"]
+    assert _layer().backend == "auto"
+    with pytest.raises(ValueError, match="backend must be one of"):
+        KalmanLinearAttention(8, 4, backend="cuda")
+    # float64 on the fused kernel is refused by the backend rule, naming the dtype
+    with pytest.raises(ValueError, match="torch.float64"):
+        _layer(backend="triton")(x)
 
 
 def test_layer_errors():

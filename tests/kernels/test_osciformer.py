@@ -1,9 +1,11 @@
 """OsciFormer oscillator attention (seed 002) against its float64 references.
 
 Oracles: `estimators.oscillator_reference` (DOP853 ODE integration of every key/value with the
-attention integrals as extra components, rtol 1e-12) and `estimators.closed_forms.oscillator`
-(the float64 propagators). Measured agreement: logits and outputs ~1e-12 (asserted at 1e-8, the
-issue's tolerance, leaving room for the solver's error control), propagators exact to round-off.
+attention integrals as extra components, rtol 1e-12), `estimators.closed_forms.oscillator`
+(the float64 propagators) and the family's naive loop `kernels.ops.oscillator.naive` (itself
+checked against the ODE reference). Measured agreement: logits and outputs ~1e-12 (asserted at
+1e-8, the issue's tolerance, leaving room for the solver's error control), propagators exact to
+round-off.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ import torch
 
 from estimators import oscillator_reference as ref
 from estimators.closed_forms import oscillator as closed
-from kernels.functional import oscillator as osc
 from kernels.layers.osciformer import OscillatorAttention
+from kernels.ops import oscillator as osc
 from tests.kernels.helpers import assert_close
 
 F64 = torch.float64
@@ -92,6 +94,82 @@ def test_attention_matches_ode_reference(readout):
     )  # fmt: skip
     assert_close("weights", w[0, 0], torch.from_numpy(w_ref), atol=1e-8)
     assert_close(f"out[{readout}]", out[0, 0], torch.from_numpy(out_ref), atol=1e-8)
+
+
+# --- the naive oracle (kernels.ops.oscillator.naive) --------------------------------------------
+# Its own float64 route (matrix exponentials of the driven system, composite Gauss-Legendre):
+# measured 5e-14 to 2e-13 from the ODE reference (asserted at that test's 1e-8) and within
+# 4e-15 of the closed form at the shapes below (asserted at 1e-12: float64 round-off of two
+# independent routes, with three decades of room for the quadrature and the solver).
+NAIVE_TOL = 1e-12
+
+
+@pytest.mark.parametrize("regime", sorted(REGIMES))
+def test_naive_logits_match_ode_reference(regime):
+    """The naive oracle's logits = the ODE-plus-quadrature reference, irregular times."""
+    t, q, k, _, kp, _ = _setup(REGIMES[regime])
+    logits = osc.naive_oscillator_logits(q, k, t, params=kp, freqs=torch.tensor(FREQS, dtype=F64))
+    want = ref.oscillator_logits(
+        q[0, 0].numpy(), k[0, 0].numpy(), t.numpy(), freqs=np.array(FREQS), **_np_params(kp)
+    )
+    lower = torch.ones(6, 6, dtype=torch.bool).tril()
+    assert_close(f"logits[{regime}]", logits[0, 0][lower], torch.from_numpy(want)[lower], atol=1e-8)
+    assert (logits[0, 0][~lower] == 0).all()
+
+
+@pytest.mark.parametrize("readout", ["average", "endpoint"])
+def test_naive_attention_matches_ode_reference(readout):
+    """The naive oracle's weights and outputs = the numerical reference."""
+    t, q, k, v, kp, vp = _setup(REGIMES["over"][:1] + REGIMES["under"][1:])
+    freqs = torch.tensor(FREQS, dtype=F64)
+    out, w = osc.naive_oscillator_attention(
+        q, k, v, t, key_params=kp, value_params=vp, freqs=freqs, readout=readout
+    )
+    out_ref, w_ref = ref.oscillator_attention(
+        q[0, 0].numpy(), k[0, 0].numpy(), v[0, 0].numpy(), t.numpy(),
+        key=_np_params(kp), value=_np_params(vp), freqs=np.array(FREQS), readout=readout,
+    )  # fmt: skip
+    assert_close("weights", w[0, 0], torch.from_numpy(w_ref), atol=1e-8)
+    assert_close(f"out[{readout}]", out[0, 0], torch.from_numpy(out_ref), atol=1e-8)
+
+
+@pytest.mark.parametrize(("causal_fit", "readout"), [(True, "average"), (False, "endpoint")])
+def test_closed_form_equals_naive(causal_fit, readout):
+    """Closed form = naive loop on 2 sequences x 2 heads with per-sequence irregular times and
+    all three damping regimes (near-critical included): logits, values, weights, outputs."""
+    g = torch.Generator().manual_seed(11)
+    B, H, T, D = 2, 2, 4, 2
+    t = torch.cumsum(0.2 + torch.rand(B, T, generator=g, dtype=F64), -1)
+    q, k, v = (torch.randn(B, H, T, D, generator=g, dtype=F64) for _ in range(3))
+    freqs = torch.tensor(FREQS[:3], dtype=F64)
+
+    def params():
+        omega = 0.5 + 2.0 * torch.rand(H, D, generator=g, dtype=F64)
+        return osc.OscillatorParams(
+            omega=omega,
+            gamma=omega * torch.tensor([[0.3, 1.0], [2.5, 1.0 - 1e-9]], dtype=F64),
+            velocity=0.3 * torch.randn(H, D, D, generator=g, dtype=F64),
+            drive_cos=torch.randn(H, 2, D, generator=g, dtype=F64),
+            drive_sin=torch.randn(H, 2, D, generator=g, dtype=F64),
+            drive_freqs=torch.tensor(DRIVE_FREQS, dtype=F64),
+        )
+
+    kp, vp = params(), params()
+    fit = {"freqs": freqs, "causal_fit": causal_fit}
+    assert_close(
+        "logits",
+        osc.oscillator_logits(q, k, t, params=kp, **fit),
+        osc.naive_oscillator_logits(q, k, t, params=kp, **fit),
+        atol=NAIVE_TOL,
+    )
+    got = osc.oscillator_values(v, t, params=vp, readout=readout)
+    want = osc.naive_oscillator_values(v, t, params=vp, readout=readout)
+    assert_close(f"values[{readout}]", got, want, atol=NAIVE_TOL)
+    options = {"key_params": kp, "value_params": vp, "readout": readout, **fit}
+    out, w = osc.oscillator_attention(q, k, v, t, need_weights=True, **options)
+    out_naive, w_naive = osc.naive_oscillator_attention(q, k, v, t, **options)
+    assert_close("weights", w, w_naive, atol=NAIVE_TOL)
+    assert_close("out", out, out_naive, atol=NAIVE_TOL)
 
 
 def test_query_fit_matches_numpy_and_reproduces_sinusoid():

@@ -1,13 +1,13 @@
 """The Triton KLA chunked scan against the torch `kla_scan` (DESIGN.md section 2, link 5).
 
-On CPU the kernels run in the Triton interpreter (``tests/kernels/conftest.py`` sets
+Without CUDA the kernels run in the Triton interpreter (``tests/kernels/conftest.py`` sets
 ``TRITON_INTERPRET=1``) at tiny shapes: a few programs of a few chunks, with T never a multiple
 of the chunk. The reference is the torch odd-even scan in float64 on the same (rounded) inputs;
 tolerances come from `kernels.tolerances` with their derivations. Gradients are compared
 relative to the largest entry of each reference gradient (see the "grad" entries).
-``@pytest.mark.gpu`` tests repeat the parity at T = 2^16 on CUDA; run them compiled with
-``TRITON_INTERPRET=0 pytest tests/kernels/test_triton_kla.py -m gpu`` (the conftest sets the
-interpreter only where the variable is unset).
+``@pytest.mark.gpu`` tests repeat the parity at T = 2^16 on CUDA, compiled:
+``pytest tests/kernels/test_triton_kla.py -m gpu`` (where CUDA is present the conftest leaves
+``TRITON_INTERPRET`` unset; an explicit value is kept).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.functional.kla import kla_scan, ou_prior
+from kernels.ops.kla import kla_scan, ou_prior
 from kernels.tolerances import tolerance
 from tests.kernels.helpers import assert_close
 
@@ -79,7 +79,7 @@ def run(args: dict[str, torch.Tensor], backend: str, **options):
     k, lam_v, v, a_bar, p_bar = (args[n] for n in ARGS[:5])
     kwargs = {"q": args["q"], "lam0": args["lam0"], "eta0": args["eta0"]}
     if options:
-        from kernels.triton.kla_scan import kla_scan_triton
+        from kernels.ops.kla.triton import kla_scan_triton
 
         return kla_scan_triton(k, lam_v, v, a_bar, p_bar, **kwargs, **options)
     return kla_scan(k, lam_v, v, a_bar, p_bar, **kwargs, backend=backend)
@@ -182,7 +182,7 @@ def test_triton_backend_rejects(options, match):
     tokens = [args[n] for n in ARGS[:5]]
     with pytest.raises(ValueError, match=match):
         if "chunk" in options:
-            from kernels.triton.kla_scan import kla_scan_triton
+            from kernels.ops.kla.triton import kla_scan_triton
 
             kla_scan_triton(*tokens, **options)
         else:
@@ -194,6 +194,44 @@ def test_triton_on_cpu_needs_interpreter(monkeypatch):
     args = cast(make_problem((5,), 9, per_token=False), torch.float32)
     with pytest.raises(ValueError, match="needs CUDA tensors"):
         run(args, "triton")
+
+
+def test_layer_backend_triton_runs_the_kernel(monkeypatch):
+    """`KalmanLinearAttention(backend="triton")` runs the chunked kernel (counted) and its
+    readout equals the torch backend's in float32.
+
+    Tolerance: each backend is within the kernel's tolerance of the exact filter (the torch
+    odd-even scan at T = 21 has depth 10 < the kernel's 14 combines), so a slot's mean differs
+    by at most twice it; the readout sums N = 4 slots with weights ``q_n``, ``|q|_2 = 1``, so
+    ``sum |q_n| <= sqrt(N) = 2``: 4x the mean tolerance. The variance is a sum of positive
+    terms: twice the relative variance tolerance.
+    """
+    import kernels.ops.kla.triton as kla_triton
+    from kernels.layers.kla import KalmanLinearAttention
+
+    calls = []
+    kernel = kla_triton.kla_scan_triton
+
+    def counted(*args, **kwargs):
+        calls.append(tuple(args[0].shape))
+        return kernel(*args, **kwargs)
+
+    monkeypatch.setattr(kla_triton, "kla_scan_triton", counted)
+    x = torch.randn(2, 21, 8, generator=torch.Generator().manual_seed(3))
+    layers = {
+        backend: KalmanLinearAttention(
+            8, 4, backend=backend, generator=torch.Generator().manual_seed(0)
+        )
+        for backend in ("torch", "triton")
+    }
+    with torch.no_grad():
+        (mean, var), (mean_ref, var_ref) = (layers[b].readout(x) for b in ("triton", "torch"))
+        layers["triton"](x)
+    assert calls == [(2, 21, 4, 1)] * 2  # keys (B, T, N, 1): the layer's state-expanded tokens
+    tol = tolerance(KERNEL, "triton", "float32", "mean")
+    assert_close("readout mean", mean, mean_ref, atol=4 * tol.atol, rtol=4 * tol.rtol)
+    tol = tolerance(KERNEL, "triton", "float32", "variance")
+    assert_close("readout variance", var, var_ref, atol=0.0, rtol=2 * tol.rtol)
 
 
 # --- full size on a GPU -------------------------------------------------------------------------

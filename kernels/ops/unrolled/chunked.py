@@ -10,7 +10,7 @@ replaced by a few whole-sequence operations. Per head, with steps ``h_i = t_i - 
 1. Variance (the Riccati recursion ``v_i = (s_i v_{i-1} + q_i) r / (s_i v_{i-1} + q_i + r)``) is
    a Moebius map of ``v_{i-1}`` with matrix ``M_i = [[s_i r, q_i r], [s_i, q_i + r]]``; the
    prefix products ``M_i ... M_1`` come from KLA's scan of Moebius maps
-   (`kernels.functional.kla.prefix_scan` with `mobius_combine`: odd-even, ``O(T)`` work, each
+   (`kernels.ops.kla.scan.prefix_scan` with `mobius_combine`, Hillis-Steele, each
    product divided by its trace, which a Moebius map does not see).
 2. Gains ``g_i = v_i^- / (v_i^- + r)`` with ``v_i^- = s_i v_{i-1} + q_i``; the mean recursion
    ``x_i = (1 - g_i) e^{-a h_i} e^{i omega h_i} x_{i-1} + g_i z_i`` unrolls to
@@ -37,6 +37,7 @@ import torch
 
 from kernels.ops.common import complex_pairs
 from kernels.ops.common.lags import isotropic_variance, relaxation
+from kernels.ops.kla.scan import mobius_combine, prefix_scan
 
 # Steps per chunk: the (C, C) decay matrix per sequence and head bounds the memory.
 CHUNK = 256
@@ -119,11 +120,6 @@ def _chunk(values, times, decay, frequencies, process_var, r, scale, prior_mean,
     else:
         pred_v0 = prior_variance
         v0 = pred_v0 * r / (pred_v0 + r)
-    # KLA's scan of Moebius maps (the KLA family, `kernels.functional.kla`). Imported here, not
-    # at the top, only until that family moves to `kernels.ops.kla` (issue 15, its KLA part):
-    # `kernels.functional` re-exports this family, so a module-level import of a module inside
-    # `kernels.functional` would be a cycle; from `kernels.ops.kla` it is a plain import.
-    from kernels.functional.kla import mobius_combine, prefix_scan
 
     # the entries of M_i, each (B', C-1, H): prefix_scan runs along axis 1
     entries = tuple(x.transpose(1, 2) for x in (s * r_, q * r_, s, q + r_))

@@ -1,7 +1,8 @@
 """KLA's per-channel Kalman filter as a chunked Triton scan, forward and backward (seed 001).
 
-Equals `kernels.functional.kla.kla_scan` (the torch reference; read its module docstring): per
-channel, with ``phi_t = k_t^2 Lambda^v_t`` and ``b_t = k_t Lambda^v_t v_t``,
+Equals `kernels.ops.kla.scan.kla_scan_torch` (the torch form; the model is in the
+`kernels.ops.kla` docstring): per channel, with ``phi_t = k_t^2 Lambda^v_t`` and
+``b_t = k_t Lambda^v_t v_t``,
 
 * precision (Thm 1, Cor. 1.1): ``(x_t, y_t) ~ M_t (x_{t-1}, y_{t-1})`` with
   ``M_t = [[1 + p_bar phi_t, a_bar^2 phi_t], [p_bar, a_bar^2]]`` and ``(x_{-1}, y_{-1}) ~
@@ -45,8 +46,9 @@ Shape legend
 B batch, T tokens, S the state shape ((D,) or (N, D)), C = prod(S) channels (flattened).
 Tokens ``(B, T, *S)``, viewed ``(B, T, C)`` in the kernels; ``lam0``, ``eta0``: ``(B, *S)``.
 
-The public function is `kla_scan_triton`; `kernels.functional.kla.kla_scan` dispatches to it
-with ``backend="triton"`` (or ``"auto"`` on CUDA).
+The public function is `kla_scan_triton`; the entry point `kernels.ops.kla.kla_scan` dispatches
+to it with ``backend="triton"`` (or ``"auto"`` on CUDA). This module imports the family's
+`kernels.ops.kla.params` (validation, types) and never its torch forms.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ import triton
 import triton.language as tl
 
 from kernels.backend import use_triton
-from kernels.functional.kla import KLAScanResult, KLAState, _prepare
+from kernels.ops.kla.params import KLAScanResult, KLAState, prepare
 
 CHUNK = 64  # tokens per tile: 2 log2(64) = 12 scan levels at most per chunk (not tuned)
 BLOCK_C = 16  # channels per program: small, so B * C / BLOCK_C programs fill a GPU (not tuned)
@@ -298,7 +300,7 @@ def kla_scan_triton(
     chunk: int = CHUNK,
     block_channels: int = BLOCK_C,
 ) -> KLAScanResult:
-    """`kernels.functional.kla.kla_scan` as a chunked Triton scan (forward and backward).
+    """`kernels.ops.kla.kla_scan` as a chunked Triton scan (forward and backward).
 
     Same arguments, broadcasting, validation and result as `kla_scan` (seed 001 Thms 1-2,
     Cors 1.1, 2.1-2.2). Inputs of dtype float32, bfloat16 or float16 are upcast to fp32, the
@@ -328,7 +330,7 @@ def kla_scan_triton(
     def up(x):  # upcast before broadcasting, so broadcast gradients are summed in fp32
         return x.float() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
 
-    k, lam_v, v, a_bar, p_bar, q, lam0, eta0, shape = _prepare(
+    k, lam_v, v, a_bar, p_bar, q, lam0, eta0, shape = prepare(
         up(k), up(value_precision), up(v), up(a_bar), up(p_bar), up(q), up(lam0), up(eta0)
     )
     B, T = shape[:2]

@@ -65,185 +65,26 @@ Values (section 6 step 6, the "weighted value" the seed leaves open): ``readout=
 
 Complex intermediates (``complex64``/``complex128``) are used for the mode algebra; inputs and
 outputs are real.
+
+This module is the closed form (the torch form of the family); the entry points are re-exported
+by `kernels.ops.oscillator`, and its float64 oracle is `kernels.ops.oscillator.naive`.
 """
 
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 import torch
 
 from kernels._validation import check_qkv, check_times
+from kernels.ops.oscillator.params import OscillatorParams, check_params
+from kernels.ops.oscillator.propagator import propagator
+from kernels.ops.oscillator.query import fit_query, query_at
 
-__all__ = [
-    "OscillatorParams",
-    "damped_cos_sinc",
-    "propagator",
-    "fit_query",
-    "oscillator_logits",
-    "oscillator_values",
-    "oscillator_attention",
-]
-
-# |u t^2| <= 1: c and s/t summed as power series in z = u t^2 (no 1/omega_d or 1/sigma); the
-# first omitted terms are 1/20! ~ 4e-19 and 1/21! ~ 2e-20 relative to 1, below double rounding.
-_SERIES_RADIUS = 1.0
-_SERIES_TERMS = 10
-_COS_SERIES = [(-1.0) ** n / math.factorial(2 * n) for n in range(_SERIES_TERMS)]
-_SINC_SERIES = [(-1.0) ** n / math.factorial(2 * n + 1) for n in range(_SERIES_TERMS)]
-
-
-class OscillatorParams(NamedTuple):
-    """Per-head, per-channel oscillator parameters (seed 002 section 6-7).
-
-    omega : ``(H, D)`` natural frequencies ``> 0``.
-    gamma : ``(H, D)`` damping ``>= 0`` (``gamma = zeta omega``).
-    velocity : ``(H, D, D)`` initial-velocity map ``U``: ``x'(t_j) = U K_j``.
-    drive_cos, drive_sin : ``(H, M, D)`` drive gains ``g, h``.
-    drive_freqs : ``(M,)`` drive frequencies ``w_n`` (section 7: taken from the query bank).
-    """
-
-    omega: torch.Tensor
-    gamma: torch.Tensor
-    velocity: torch.Tensor
-    drive_cos: torch.Tensor
-    drive_sin: torch.Tensor
-    drive_freqs: torch.Tensor
-
-
-# --- propagator e^{A t} ---------------------------------------------------------------------------
-
-
-def damped_cos_sinc(omega, gamma, t) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(e^{-gamma t} c(t), e^{-gamma t} s(t))`` for ``t >= 0`` in every damping regime.
-
-    ``c = cos(sqrt(u) t)``, ``s = sin(sqrt(u) t)/sqrt(u)``, ``u = omega^2 - gamma^2`` continued
-    through ``u = 0`` (``c = 1, s = t``) to ``u < 0`` (``cosh, sinh(sigma t)/sigma``), seed 002
-    A.1.1-A.1.3 as one analytic function (digest 1.3). Branches: ``|u| t^2 <= 1`` power series
-    in ``u t^2``; underdamped ``cos, sin/omega_d``; overdamped
-    ``e^{-omega^2 t/(gamma + sigma)} (1 + e^{-2 sigma t})/2`` and
-    ``e^{-omega^2 t/(gamma + sigma)} (-expm1(-2 sigma t))/(2 sigma)`` (no cosh overflow).
-    Unused branches are evaluated at safe arguments so gradients stay finite.
-
-    Shapes: omega, gamma, t broadcast; returns two tensors of the broadcast shape.
-    """
-    omega, gamma, t = torch.broadcast_tensors(omega, gamma, t)
-    u = (omega - gamma) * (omega + gamma)  # factored: accurate near critical damping
-    z = u * t * t
-    series = z.abs() <= _SERIES_RADIUS
-    under = z > _SERIES_RADIUS
-    over = z < -_SERIES_RADIUS
-    damp = torch.exp(-gamma * t)
-
-    zs = torch.where(series, z, torch.zeros_like(z))
-    cos_sum = torch.zeros_like(z)
-    sinc_sum = torch.zeros_like(z)
-    for a_cos, a_sinc in zip(_COS_SERIES[::-1], _SINC_SERIES[::-1], strict=True):
-        cos_sum = cos_sum * zs + a_cos
-        sinc_sum = sinc_sum * zs + a_sinc
-    c = damp * cos_sum
-    s = damp * t * sinc_sum
-
-    one = torch.ones_like(u)
-    wd = torch.sqrt(torch.where(under, u, one))  # u > 0 on this branch; 1 elsewhere (unused)
-    c = torch.where(under, damp * torch.cos(wd * t), c)
-    s = torch.where(under, damp * torch.sin(wd * t) / wd, s)
-
-    sigma = torch.sqrt(torch.where(over, -u, one))  # -u > 0 on this branch; 1 elsewhere
-    grow = torch.exp(-omega * omega * t / (gamma + sigma))  # e^{-(gamma - sigma) t}
-    c = torch.where(over, grow * 0.5 * (1.0 + torch.exp(-2.0 * sigma * t)), c)
-    s = torch.where(over, grow * -torch.expm1(-2.0 * sigma * t) / (2.0 * sigma), s)
-    return c, s
-
-
-def propagator(omega, gamma, t) -> torch.Tensor:
-    """``e^{A t}``, ``A = [[0, 1], [-omega^2, -2 gamma]]`` (seed 002 eq. 11, A.1.2, A.1.3), t >= 0.
-
-    ``e^{At} = e^{-gamma t}(c I + s (A + gamma I))`` with the damped ``c, s`` of
-    `damped_cos_sinc`. Shapes: broadcast(omega, gamma, t) + (2, 2).
-    """
-    c, s = damped_cos_sinc(omega, gamma, t)
-    omega, gamma = torch.broadcast_tensors(omega, gamma, c)[:2]
-    row0 = torch.stack([c + gamma * s, s], dim=-1)
-    row1 = torch.stack([-omega * omega * s, c - gamma * s], dim=-1)
-    return torch.stack([row0, row1], dim=-2)
-
-
-# --- query fit (A.4, A.5.1, section 7) -----------------------------------------------------------
-
-
-def _design(t: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
-    """``Phi = [cos(omega_m t) | sin(omega_m t)]``: ``(Bt, 1, T) -> (Bt, 1, T, 2J)``."""
-    phase = t.unsqueeze(-1) * freqs
-    return torch.cat([torch.cos(phase), torch.sin(phase)], dim=-1)
-
-
-def fit_query(q, t, freqs, *, ridge: float = 1e-3, causal: bool = True):
-    """Ridge fit of the queries on the sinusoidal bank (seed 002 eqs. 48-49, A.4; section 7).
-
-    ``[A; B] = (Phi^T Phi + ridge I)^{-1} Phi^T Q`` with ``Phi_n = [cos(omega_m t_n) |
-    sin(omega_m t_n)]``. ``causal=True`` fits row ``i`` on ``Q_1..Q_i`` only (prefix sums of
-    ``Phi^T Phi`` and ``Phi^T Q``, one ``2J x 2J`` solve per row; the seed leaves this choice
-    open, digest 1.6); ``causal=False`` fits one query function on all ``T`` rows.
-
-    Parameters
-    ----------
-    q : ``(B, H, T, D)``.  t : ``(Bt, 1, T)`` from `check_times`.  freqs : ``(J,)``.
-    ridge : ``> 0``; also makes the first rows (fewer points than ``2J``) well posed.
-
-    Returns
-    -------
-    ``(A, B)``, each ``(B, H, T, J, D)`` (``T`` copies of one fit when ``causal=False``).
-    """
-    if not ridge > 0:
-        raise ValueError(f"ridge must be > 0, found {ridge!r}")
-    n_modes = freqs.shape[0]
-    phi = _design(t, freqs)  # (Bt, 1, T, 2J)
-    gram = phi.unsqueeze(-1) * phi.unsqueeze(-2)  # (Bt, 1, T, 2J, 2J)
-    rhs = phi.unsqueeze(-1) * q.unsqueeze(-2)  # (B, H, T, 2J, D)
-    if causal:
-        gram, rhs = gram.cumsum(dim=2), rhs.cumsum(dim=2)
-    else:
-        gram, rhs = gram.sum(dim=2, keepdim=True), rhs.sum(dim=2, keepdim=True)
-    eye = torch.eye(2 * n_modes, dtype=q.dtype, device=q.device)
-    coef = torch.linalg.solve(gram + ridge * eye, rhs)  # (B, H, T or 1, 2J, D)
-    coef = coef.expand(q.shape[0], q.shape[1], q.shape[2], 2 * n_modes, q.shape[3])
-    return coef[..., :n_modes, :], coef[..., n_modes:, :]
-
-
-def query_at(coef_cos, coef_sin, freqs, times) -> torch.Tensor:
-    """``q_i(t) = sum_m A_im cos(omega_m t) + B_im sin(omega_m t)`` (eq. 49).
-
-    coef_* : ``(B, H, T, J, D)``; times : broadcastable to ``(B, H, T)``; returns ``(B, H, T, D)``.
-    """
-    phase = times.unsqueeze(-1) * freqs  # (.., T, J)
-    return (torch.cos(phase).unsqueeze(-1) * coef_cos).sum(-2) + (
-        torch.sin(phase).unsqueeze(-1) * coef_sin
-    ).sum(-2)
+__all__ = ["oscillator_logits", "oscillator_values", "oscillator_attention"]
 
 
 # --- shared pieces -------------------------------------------------------------------------------
-
-
-def _check_params(p: OscillatorParams, heads: int, dim: int, name: str) -> None:
-    expected = {
-        "omega": (heads, dim),
-        "gamma": (heads, dim),
-        "velocity": (heads, dim, dim),
-        "drive_cos": (heads, p.drive_freqs.shape[0], dim),
-        "drive_sin": (heads, p.drive_freqs.shape[0], dim),
-    }
-    if p.drive_freqs.ndim != 1:
-        raise ValueError(f"{name}.drive_freqs must have shape (M,), found {p.drive_freqs.shape}")
-    for field, shape in expected.items():
-        found = tuple(getattr(p, field).shape)
-        if found != shape:
-            raise ValueError(f"{name}.{field} must have shape {shape}, found {found}")
-    if (p.omega <= 0).any():
-        raise ValueError(f"{name}.omega must be > 0, found min {p.omega.min().item():.3g}")
-    if (p.gamma < 0).any():
-        raise ValueError(f"{name}.gamma must be >= 0, found min {p.gamma.min().item():.3g}")
 
 
 def _masked_lags(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -316,7 +157,7 @@ def oscillator_logits(
     ``(B, H, T, T)`` unscaled logits; entries with ``j > i`` (future keys) are 0 (mask them).
     """
     batch, heads, steps, dim, _ = check_qkv(q, k, k)
-    _check_params(params, heads, dim, "params")
+    check_params(params, heads, dim, "params")
     t = check_times(t, steps, like=q)
     freqs = torch.as_tensor(freqs, dtype=q.dtype, device=q.device)
     coef_cos, coef_sin = fit_query(q, t, freqs, ridge=ridge, causal=causal_fit)
@@ -358,7 +199,7 @@ def oscillator_values(v, t=None, *, params: OscillatorParams, readout: str = "av
     if v.ndim != 4:
         raise ValueError(f"v must have shape (B, H, T, Dv), found {tuple(v.shape)}")
     batch, heads, steps, dim = v.shape
-    _check_params(params, heads, dim, "params")
+    check_params(params, heads, dim, "params")
     t = check_times(t, steps, like=v)
     lag, causal = _masked_lags(t)
     beta, z0, z1 = _anchor_state(v, params)
