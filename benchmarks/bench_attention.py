@@ -11,12 +11,12 @@ Contestants
 sdpa
     ``torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)``: the floor.
 isotropic AFA
-    ``kernels.functional.afa.isotropic_afa`` (seed 000 Algorithm 1, factorised residuals,
+    ``kernels.functional.isotropic_afa`` (seed 000 Algorithm 1, factorised residuals,
     memory ``O(T^2 + T D)``).
 RFA
-    ``kernels.functional.rfa.rfa_attention`` (seed 004 Algorithm 1, Student-t logits).
+    ``kernels.functional.rfa_attention`` (seed 004 Algorithm 1, Student-t logits).
 tensor AFA
-    ``kernels.functional.afa.tensor_afa`` (seed 000 3.1, memory ``O(T^2 D)``): only where its
+    ``kernels.functional.tensor_afa`` (seed 000 3.1, memory ``O(T^2 D)``): only where its
     estimated memory fits ``--tensor-budget-gb``.
 compiled
     With ``--compile``, ``torch.compile`` of the isotropic AFA and RFA calls (compiled in an

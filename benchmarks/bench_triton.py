@@ -16,10 +16,10 @@ attention (``--skip-attention`` leaves it out)
         sigma_h^2 (1 - e^{-2 a_h tau}) / (2 a_h) + eta_h^2 e^{-2 a_h tau}`` (seed 000 3.4), and a
         causal block mask. It has no complex-pair rotation and no robust reweighting.
     isotropic AFA (triton)
-        ``kernels.functional.afa.isotropic_afa(..., backend="triton")`` with robust scale
+        ``kernels.functional.isotropic_afa(..., backend="triton")`` with robust scale
         ``nu = 1``.
     RFA (triton)
-        ``kernels.functional.rfa.rfa_attention(..., backend="triton")`` with ``nu = 1``.
+        ``kernels.functional.rfa_attention(..., backend="triton")`` with ``nu = 1``.
 
     Columns: best forward time (under ``torch.no_grad``) and forward + backward time (gradient
     of ``<out, dout>`` w.r.t. q, k, v), each as nominal TFLOP/s (`attention_flops`: the

@@ -1,8 +1,8 @@
 """Unrolled AFA at ``nu = inf``: the chunked attention form against the loop, side by side.
 
 At ``nu = inf`` the unrolled AFA (seed 000 B.2, Algorithm 4) is the Kalman filter of the
-isotropic model, linear in the data, and `kernels.functional.unrolled_afa.unrolled_afa` runs it
-as chunked causal attention (`kernels.functional.kalman_attention`) instead of a Python loop
+isotropic model, linear in the data, and `kernels.functional.unrolled_afa` runs it
+as chunked causal attention (`kernels.ops.unrolled.chunked`) instead of a Python loop
 over time (``method="loop"``, the reference form, still used for finite ``nu``). This script
 times one training step (forward and backward of a squared-output loss, through the layer
 `UnrolledAdaptiveFilterAttention` with ``predict=True``) for both methods on the shapes the

@@ -16,7 +16,7 @@ read in the layer's eigenbasis):
 with ``s`` the model's data scale, ``L_V`` / ``L_P`` the layer's complex value and output maps
 (with their biases: the layer pulls its biased value features forward in exactly this way, and
 reads any latent vector out through ``Re L_P``) and ``P_in`` / ``P_out`` the predictor's
-projections (none here). The propagation is `kernels.functional.afa.predict` with a per-key
+projections (none here). The propagation is `kernels.functional.predict` with a per-key
 horizon ``t_i - t_j``.
 
 The layer is trained without the residual gate (``gate=None``; Algorithm 1's ``(1 - delta) Z_v
