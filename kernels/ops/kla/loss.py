@@ -1,6 +1,8 @@
 """The KLA+ training loss: the Monte-Carlo marginal likelihood of the readout (seed 001).
 
-Shapes: readout ``mean``, ``variance`` ``(..., F)``; ``target`` ``(...)`` class indices.
+``-log p(o_t | X) ~ -logsumexp_s log p(o_t | y^(s)) + log S`` with ``y^(s) = mean +
+sqrt(variance) eps^(s)`` (eqs. (24)-(25)): `mc_marginal_nll`. Shapes: readout ``mean``,
+``variance`` ``(..., F)``; ``target`` ``(...)`` class indices.
 """
 
 from __future__ import annotations
