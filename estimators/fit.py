@@ -60,6 +60,7 @@ import numpy as np
 from scipy.linalg import solve_continuous_lyapunov
 from scipy.optimize import minimize
 
+from estimators import batch_input
 from estimators.kalman import GaussianPrior, kalman_filter, rts_smoother
 from sde_sim import LinearMeasurement, LinearSDE, linear_transition, validation
 from sde_sim.models import rotation_generator, skew_from_vector
@@ -770,21 +771,21 @@ def _as_family(family, theta0):
     )
 
 
-def _check_theta0(theta0, family) -> np.ndarray:
+def _check_theta0(theta0, family, label: str = "theta0") -> np.ndarray:
     names, cons = tuple(family.names), tuple(family.constraints)
-    theta0 = validation.vector("theta0", theta0)
+    theta0 = validation.vector(label, theta0)
     if theta0.size != len(cons):
         raise ValueError(
-            f"theta0 must have {len(cons)} entries ({', '.join(names)}), got {theta0.size}"
+            f"{label} must have {len(cons)} entries ({', '.join(names)}), got {theta0.size}"
         )
     for i, (name, kind, value) in enumerate(zip(names, cons, theta0, strict=True)):
         if kind == "positive" and not value > 0:
             raise ValueError(
-                f"theta0[{i}] ({name}) must be > 0 (a positive parameter), got {value:g}"
+                f"{label}[{i}] ({name}) must be > 0 (a positive parameter), got {value:g}"
             )
         if kind == "negative" and not value < 0:
             raise ValueError(
-                f"theta0[{i}] ({name}) must be < 0 (a negative parameter), got {value:g}"
+                f"{label}[{i}] ({name}) must be < 0 (a negative parameter), got {value:g}"
             )
     return theta0
 
@@ -1032,13 +1033,14 @@ def _covariance(H: np.ndarray) -> tuple[np.ndarray, bool]:
     return Linv.T @ Linv, True
 
 
+@batch_input.guard
 def log_likelihood(family, theta, z, t, *, mask=None, prior="diffuse") -> float:
     """``sum_b log L_b(theta)``: the objective `fit` maximises, at natural parameters ``theta``.
 
     Same arguments as `fit`; ``theta`` (n,) must satisfy the family's constraints.
     """
     family = _as_family(family, theta)
-    theta = _check_theta0(theta, family)
+    theta = _check_theta0(theta, family, "theta")
     z, mask, prior = _check_data(z, mask, prior)
     problem = _Problem(family, z, t, mask, prior)
     return -problem.nll(to_unconstrained(theta, family.constraints))
@@ -1050,7 +1052,7 @@ def score(family, theta, z, t, *, mask=None, prior="diffuse") -> np.ndarray:
     Needs invertible ``Q_d``, ``R`` and prior covariance; raises ValueError otherwise.
     """
     family = _as_family(family, theta)
-    theta = _check_theta0(theta, family)
+    theta = _check_theta0(theta, family, "theta")
     z, mask, prior = _check_data(z, mask, prior)
     problem = _Problem(family, z, t, mask, prior)
     return -problem.nll_and_grad(to_unconstrained(theta, family.constraints), "score")[1]

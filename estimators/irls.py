@@ -50,6 +50,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from estimators import batch_input
 from estimators.closed_forms import robust_weights as rw
 from estimators.mle import (
     DiagonalizableModel,
@@ -234,6 +235,7 @@ def _initial(terms: PairwiseTerms, init, pz: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(mle), np.nan, x0)
 
 
+@batch_input.guard
 def irls(
     sde: LinearSDE,
     measurement: LinearMeasurement,
@@ -286,6 +288,7 @@ def irls(
     )
 
 
+@batch_input.guard
 def eigen_irls(
     model: DiagonalizableModel,
     z,

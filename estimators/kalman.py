@@ -248,6 +248,7 @@ def _diffuse_mean(measurement, z0: np.ndarray, P0: np.ndarray) -> np.ndarray:
     return (z0 - measurement.b) @ np.linalg.solve(measurement.R, measurement.C @ P0)
 
 
+@batch_input.guard
 def kalman_filter(
     sde: LinearSDE,
     measurement: LinearMeasurement,
@@ -500,6 +501,7 @@ def _squeezed(result: FilterResult, squeeze: bool) -> FilterResult:
 # --------------------------------------------------------------------------------------------
 
 
+@batch_input.guard
 def rts_smoother(filtered: FilterResult) -> SmootherResult:
     """Rauch-Tung-Striebel smoother from a `FilterResult` (batched or not).
 
@@ -512,6 +514,7 @@ def rts_smoother(filtered: FilterResult) -> SmootherResult:
     -------
     SmootherResult with means (B, T, d) (or (T, d)), covs (G, T, d, d) and group (B,).
     """
+    batch_input.filter_result("filtered", filtered)
     squeeze = filtered.means.ndim == 2
     means = filtered.means[None] if squeeze else filtered.means
     pred_means = filtered.pred_means[None] if squeeze else filtered.pred_means

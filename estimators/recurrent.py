@@ -517,6 +517,7 @@ def _robust_diffuse_start(z0, observed0, measurement: LinearMeasurement, L_inv, 
     return x0, info_inv[None] / w[:, None, None], w
 
 
+@batch_input.guard
 def recurrent_filter(
     sde: LinearSDE,
     measurement: LinearMeasurement,
@@ -653,6 +654,7 @@ def _mode_data(eigenvalues, S, process_variances, measurement_variances):
     return lam, S, q, r
 
 
+@batch_input.guard
 def eigen_recurrent_filter(
     eigenvalues,
     S,

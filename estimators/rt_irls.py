@@ -503,6 +503,7 @@ class _RTProblem:
         return out
 
 
+@batch_input.guard
 def rt_mle(model: RTModel, z, t, *, causal: bool = True, mask=None) -> RTEstimate:
     """Non-robust RT estimate: the ``nu = inf`` fixed point of RT-Kalman IRLS (seed 000 5.3).
 
@@ -529,6 +530,7 @@ def rt_mle(model: RTModel, z, t, *, causal: bool = True, mask=None) -> RTEstimat
     return RTEstimate(*prob.output(mag, u, defined))
 
 
+@batch_input.guard
 def rt_irls(
     model: RTModel,
     z,
@@ -791,6 +793,7 @@ def directional_precision(
     return prob.precision[0] if prob.data.squeeze else prob.precision
 
 
+@batch_input.guard
 def directional_mle(
     model: RTModel,
     z,
@@ -900,6 +903,7 @@ def directional_loss(
     return loss[0] if prob.data.squeeze else loss
 
 
+@batch_input.guard
 def directional_irls(
     model: RTModel,
     z,

@@ -54,6 +54,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from estimators import batch_input
 from estimators.closed_forms.kla import AFFINE_IDENTITY, AffineMap
 from sde_sim import validation
 
@@ -491,6 +492,7 @@ def _prepare(k, value_precision, v, a_bar, p_bar, q, lam0, eta0, mask, *, proper
 # --- the filter --------------------------------------------------------------------------------
 
 
+@batch_input.guard
 def kla_filter(
     k,
     value_precision,
@@ -610,6 +612,7 @@ def _recursion(tok: _Tokens):
     return lam_out, eta_out, prior_out
 
 
+@batch_input.guard
 def moment_filter(
     k, value_precision, v, a_bar, p_bar, *, lam0=1.0, eta0=0.0, mask=None
 ) -> MomentFilterResult:
