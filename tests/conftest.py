@@ -3,7 +3,7 @@
 import os
 from pathlib import Path
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -45,5 +45,6 @@ settings.register_profile(
     max_examples=200,
     print_blob=True,
     suppress_health_check=_FUZZ_HEALTH,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],  # report a failure unshrunk, at once
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

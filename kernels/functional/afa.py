@@ -60,7 +60,7 @@ from typing import NamedTuple
 
 import torch
 
-from kernels._validation import check_qkv, check_times
+from kernels._validation import check_qkv, check_times, overflow_warning
 from kernels.backend import use_triton
 from kernels.functional import complex_pairs
 from kernels.functional.lags import lags, relaxation
@@ -267,6 +267,7 @@ def _complex_parts(x: torch.Tensor, is_complex: bool):
     return x, torch.zeros_like(x)
 
 
+@overflow_warning
 def tensor_afa(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -620,6 +621,7 @@ def _block_size(block_size, steps: int) -> int:
     return block_size
 
 
+@overflow_warning
 def isotropic_afa(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -859,6 +861,7 @@ def _transition(d: _Dynamics, rel):
     return magnitude, torch.cos(angle), torch.sin(angle)
 
 
+@overflow_warning
 def separable_afa(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -975,6 +978,7 @@ def _separable_distance(q, k, qk: _Dynamics, rel, rotate: bool) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------------
 
 
+@overflow_warning
 def predict(estimate: torch.Tensor, *, decay, frequencies=None, step=1.0, bias=None):
     """One-step transition ``Z+ = e^{lambda step} (Zbar + b) - b``, ``lambda = -a + i w``.
 

@@ -106,6 +106,7 @@ def _attend(q, k, v, *, scale, causal, return_weights, bias=None, post=None) -> 
     return AttentionOutput(weights @ v, weights if return_weights else None)
 
 
+@_validation.overflow_warning
 def softmax_attention(
     q, k, v, *, scale=None, causal: bool = True, return_weights: bool = False
 ) -> AttentionOutput:
@@ -135,6 +136,7 @@ def _rotary(q, k, v, t, frequencies, decay, base):
     return q_rot, k_rot, times, decay, heads, dim
 
 
+@_validation.overflow_warning
 def rope_attention(
     q,
     k,
@@ -163,6 +165,7 @@ def rope_attention(
     )
 
 
+@_validation.overflow_warning
 def alibi_attention(
     q,
     k,
@@ -191,6 +194,7 @@ def alibi_attention(
     )
 
 
+@_validation.overflow_warning
 def decayed_rope_attention(
     q,
     k,

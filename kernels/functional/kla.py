@@ -48,6 +48,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from kernels._validation import overflow_warning
 from kernels.backend import use_triton
 from kernels.functional.lags import relaxation
 
@@ -343,6 +344,7 @@ def _step(lam, eta, phi, b, a_bar, p_bar) -> KLAState:
     return KLAState(lam / den + phi, (a_bar / den) * eta + b)
 
 
+@overflow_warning
 def kla_scan(
     k,
     value_precision,

@@ -74,7 +74,7 @@ from typing import NamedTuple
 
 import torch
 
-from kernels._validation import check_qkv, check_times
+from kernels._validation import check_qkv, check_times, overflow_warning
 
 __all__ = [
     "OscillatorParams",
@@ -299,6 +299,7 @@ def _box(lam, lag):
 # --- logits and values ---------------------------------------------------------------------------
 
 
+@overflow_warning
 def oscillator_logits(
     q, k, t=None, *, params: OscillatorParams, freqs, ridge=1e-3, causal_fit=True
 ):
@@ -384,6 +385,7 @@ def oscillator_values(v, t=None, *, params: OscillatorParams, readout: str = "av
     return torch.where(causal.unsqueeze(-1), out, torch.zeros_like(out))
 
 
+@overflow_warning
 def oscillator_attention(
     q,
     k,

@@ -295,6 +295,7 @@ def _config(
     )
 
 
+@_validation.overflow_warning
 def rfa_attention(
     q: torch.Tensor,
     k: torch.Tensor,

@@ -82,7 +82,7 @@ from typing import NamedTuple
 
 import torch
 
-from kernels._validation import check_qkv, check_times
+from kernels._validation import check_qkv, check_times, overflow_warning
 from kernels.functional import complex_pairs
 from kernels.functional.lags import isotropic_variance
 
@@ -229,6 +229,7 @@ def _kernels(lag, hidden, a, process_var, measurement_var, log_nu, *, causal: bo
     )
 
 
+@overflow_warning
 def rt_afa(
     q: torch.Tensor,
     k: torch.Tensor,

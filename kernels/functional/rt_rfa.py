@@ -77,7 +77,7 @@ from typing import NamedTuple
 
 import torch
 
-from kernels._validation import check_qkv, check_times
+from kernels._validation import check_qkv, check_times, overflow_warning
 from kernels.functional import complex_pairs
 from kernels.functional.lags import isotropic_variance
 
@@ -153,6 +153,7 @@ def _frequencies(frequencies, heads: int, n: int, like: torch.Tensor) -> torch.T
     return w.reshape(1, -1, 1, n)
 
 
+@overflow_warning
 def rt_rfa(
     q: torch.Tensor,
     k: torch.Tensor,

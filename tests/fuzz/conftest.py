@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -29,7 +30,8 @@ class Fuzz:
         def case(data):
             body(data)
 
-        case.__name__ = case.__qualname__ = f"fuzz_{name}"  # the derandomized seed's key
+        key = re.sub(r"\W", "_", f"fuzz_{name}")
+        case.__name__ = case.__qualname__ = key  # the derandomized seed's key
         settings(profile, max_examples=count)(given(strategy)(case))()
 
 
