@@ -230,7 +230,12 @@ def _must_be_finite(result) -> dict:
         rows = np.asarray(result.defined, dtype=bool)
     elif "info_mean" in fields:  # KLA: mean and variance are NaN/inf where lam = 0 (diffuse)
         rows = np.asarray(result.precision) > 0
+        rows &= np.isfinite(result.precision)
     out = {}
+    for name in ("precision", "prior_precision"):  # KLA's: finite everywhere (0 when diffuse)
+        value = getattr(result, name, None) if "info_mean" in fields else None
+        if isinstance(value, np.ndarray):
+            out[name] = value
     for name in fields:
         value = getattr(result, name)
         if name not in _FINITE_FIELDS or not isinstance(value, np.ndarray):

@@ -73,9 +73,7 @@ def _halvings(A: np.ndarray, h: np.ndarray) -> int:
 
 def linear_transition(sde: LinearSDE, h) -> LinearTransition:
     """Exact mean map and covariance of `sde` over each step in `h` (scalar or (n,))."""
-    h = np.atleast_1d(np.asarray(h, dtype=float))
-    if np.any(h < 0):
-        raise ValueError(f"h must be >= 0, got min {h.min():g}")
+    h = np.atleast_1d(validation.nonnegative("h", h))
     d = sde.dim
     drift = np.zeros((d + 1, d + 1))
     drift[:d, :d], drift[:d, d] = sde.A, sde.u

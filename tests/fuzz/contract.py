@@ -198,3 +198,20 @@ def summary_lines() -> list[str]:
     n = sum(total.values())
     lines.append(f"{'total':<{width}} {n:>9} " + " ".join(f"{total[o]:>9}" for o in OUTCOMES))
     return lines
+
+
+# Spoils that change an argument's shape: an error may then name the argument it no longer
+# matches (C against R, z against t, a mean against its covariance), which is a clean error.
+SHAPE_SPOILS = ("empty", "truncate", "extra_axis", "drop_axis")
+
+
+def naming(name: str | None, kind: str | None, words: dict, partners: dict) -> tuple[str, ...]:
+    """The words an error about spoilt `name` may use: its own (`words`), and for a shape spoil
+    also those of the arguments it is checked against (`partners`)."""
+    if name is None:
+        return ()
+    own = tuple(words.get(name, (name,)))
+    if kind in SHAPE_SPOILS or kind == "relation":
+        for other in partners.get(name, ()):
+            own += tuple(words.get(other, (other,)))
+    return own

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from estimators.kalman import GaussianPrior
 from sde_sim import LinearMeasurement, LinearSDE, linear_transition
 from tests import strategies as S
+from tests.fuzz.contract import naming
 
 # The words an error about each raw input may use for it.
 NAMES = {
@@ -33,6 +34,22 @@ NAMES = {
     "prior_mean": ("prior.mean", "mean", "prior_mean"),
     "prior_cov": ("prior.cov", "cov", "prior_cov"),
     "prior_time": ("prior.time", "time"),
+}
+# What each input's shape is checked against (an error may name either).
+PARTNERS = {
+    "A": ("Q", "u", "C", "prior_mean", "prior_cov"),
+    "Q": ("A",),
+    "u": ("A",),
+    "C": ("A", "R", "b", "z"),
+    "R": ("C",),
+    "b": ("C",),
+    "z": ("t", "mask", "C"),
+    "t": ("z", "mask"),
+    "mask": ("z", "t"),
+    "prior_mean": ("prior_cov", "A"),
+    "prior_cov": ("prior_mean", "A"),
+    "delay": ("prior_time",),  # t + delay must not precede the prior's time
+    "prior_time": ("delay",),
 }
 ARRAYS = ("A", "Q", "u", "C", "R", "b", "z", "t", "prior_mean", "prior_cov")
 SCALARS = ("delay", "prior_time")
@@ -71,7 +88,8 @@ class Problem:
 
     @property
     def names(self) -> tuple[str, ...]:
-        return NAMES[self.spoilt] if self.spoilt else ()
+        kind = "relation" if self.spoilt in ("delay", "prior_time") else self.kind
+        return naming(self.spoilt, kind, NAMES, PARTNERS)
 
     def describe(self) -> str:
         return f"{self.spoilt} spoilt ({self.kind})" if self.spoilt else "valid"

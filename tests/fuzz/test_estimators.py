@@ -17,7 +17,7 @@ from estimators import irls as irls_mod
 from estimators import mle, oracle, recurrent, rt_irls, scan
 from estimators.kalman import GaussianPrior, kalman_filter, rts_smoother
 from tests import strategies as S
-from tests.fuzz.contract import expect
+from tests.fuzz.contract import expect, naming
 from tests.fuzz.models import Problem, observed, oracle_prior, problems, spoilt_problems
 
 
@@ -267,6 +267,16 @@ EIGEN_NAMES = {
 }
 
 
+EIGEN_PARTNERS = {
+    "eigenvalues": ("S", "process_variances", "measurement_variances"),
+    "S": ("eigenvalues", "process_variances", "measurement_variances", "z"),
+    "process_variances": ("eigenvalues", "S"),
+    "measurement_variances": ("eigenvalues", "S"),
+    "z": ("t", "S"),
+    "t": ("z",),
+}
+
+
 @st.composite
 def eigen_cases(draw, spoil=True):
     """A diagonalizable 2-D spiral (or two real modes) with z, t; maybe one input spoilt."""
@@ -335,7 +345,7 @@ def test_eigen_batch_mle_and_irls_equal_the_general_forms(fuzz):
         expect(
             "estimators.mle.eigen_batch_mle" if nu is None else "estimators.irls.eigen_irls",
             call,
-            names=EIGEN_NAMES.get(name, ()),
+            names=naming(name, kind, EIGEN_NAMES, EIGEN_PARTNERS),
             valid=valid,
             finite=_mle_finite,
             reference=reference if valid else None,
@@ -370,7 +380,7 @@ def test_eigen_recurrent_filter_equals_the_state_form(fuzz):
         expect(
             "estimators.recurrent.eigen_recurrent_filter",
             call,
-            names=EIGEN_NAMES.get(name, ()),
+            names=naming(name, kind, EIGEN_NAMES, EIGEN_PARTNERS),
             valid=name is None,
             finite=lambda r: [("means", r.means)],
             reference=reference if name is None else None,
@@ -552,6 +562,17 @@ def rt_cases(draw):
     return raw, name, kind, which
 
 
+def _defined_rows(r):
+    """The RT/directional estimates where the result says they are defined (NaN elsewhere by
+    design: no key carries weight, or a resultant too small to give a direction)."""
+    rows = np.asarray(r.defined, dtype=bool)
+    return [
+        (f, getattr(r, f)[rows])
+        for f in ("means", "magnitudes", "directions", "resultant")
+        if f in r._fields
+    ]
+
+
 def test_rt_and_directional_estimators(fuzz):
     def body(case):
         raw, name, kind, which = case
@@ -567,16 +588,10 @@ def test_rt_and_directional_estimators(fuzz):
         expect(
             f"estimators.rt_irls.{which}",
             call,
-            names=(name,) if name else (),
+            names=naming(name, kind, {}, {"z": ("t",), "t": ("z",), "Omega": ("z",)}),
             valid=name is None,
             describe=f"{name} spoilt ({kind})" if name else "valid",
-            finite=lambda r: [
-                (f, np.asarray(getattr(r, f)))
-                for f in r._fields
-                if isinstance(getattr(r, f), np.ndarray)
-                and getattr(r, f).dtype.kind == "f"
-                and f not in ("predictions",)
-            ],
+            finite=_defined_rows,
         )
 
     fuzz.run("rt_irls", rt_cases(), body, ci=30, slow=350)

@@ -39,7 +39,7 @@ from sde_sim.models import (
     skew_from_vector,
 )
 from tests import strategies as S
-from tests.fuzz.contract import expect
+from tests.fuzz.contract import expect, naming
 
 
 def close(a, b, tol=1e-9, what=""):
@@ -99,7 +99,19 @@ def test_linear_sde_and_measurement(fuzz):
         expect(
             "sde_sim.LinearSDE+LinearMeasurement",
             call,
-            names=(name,) if name else (),
+            names=naming(
+                name,
+                kind,
+                {},
+                {
+                    "A": ("Q", "u"),
+                    "Q": ("A",),
+                    "u": ("A",),
+                    "C": ("R", "b"),
+                    "R": ("C",),
+                    "b": ("C",),
+                },
+            ),
             valid=name is None,
             reference=reference if name is None else None,
             describe=describe(name, kind),
@@ -180,12 +192,12 @@ def test_eigen_constructors(fuzz):
             else:
                 close(np.linalg.eigvals(r).real, np.full(3, raw["alpha"]))
 
-        names = {
-            "sigma2": ("sigma2",),
-            "alpha": ("alpha",),
-            "omega": ("omega", "Omega"),
-            "variances": ("variances",),
-        }.get(name, (name,) if name else ())
+        names = naming(
+            name,
+            kind,
+            {"omega": ("omega", "Omega")},
+            {"S": ("eigenvalues", "variances"), "eigenvalues": ("S",), "variances": ("S",)},
+        )
         expect(
             f"sde_sim.models.{which}",
             calls[which],
@@ -370,7 +382,11 @@ def test_time_grids_and_brownian_paths(fuzz):
         expect(
             f"sde_sim.{which}",
             call,
-            names=(name,) if relevant else (),
+            names=naming(
+                name, kind, {"steps": ("steps", "step")}, {"t": ("steps",), "steps": ("t",)}
+            )
+            if relevant
+            else (),
             valid=not relevant,
             reference=reference if not relevant else None,
             describe=describe(name, kind),
@@ -604,10 +620,25 @@ def test_datasets(fuzz):
             names=(key,) if key else (),
             valid=key is None,
             reference=reference if key is None else None,
+            finite=_unpadded,
             describe=f"{key}={kwargs.get(key)!r}" if key else "valid",
         )
 
     fuzz.run("datasets", cases(), body, ci=25, slow=250)
+
+
+def _unpadded(data):
+    """Every float array of a dataset, restricted to ``mask`` where arrays are padded to the
+    longest sequence with NaN by design (the irregular tasks)."""
+    from tests.fuzz.contract import arrays
+
+    mask = getattr(data, "mask", None)
+    out = []
+    for label, arr in arrays(data):
+        if mask is not None and arr.shape[: np.ndim(mask)] == np.shape(mask):
+            arr = arr[np.asarray(mask, dtype=bool)]
+        out.append((label, arr))
+    return out
 
 
 def _leaves(value):
