@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import figures
+from sde_sim import validation
 from sde_sim.cli import OneLineParser, UsageError
 from sde_sim.io import atomic_write
 
@@ -143,6 +144,7 @@ def run(argv: list[str]) -> None:
     folder = args.out / SUBDIR
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"{folder} exists and is not a folder")
+    validation.writable_folder("--out", folder)  # before any figure is computed
     if not args.force:
         existing = [str(p) for n in names for p in _outputs(folder, n) if p.exists()]
         if existing:

@@ -204,3 +204,30 @@ def euler_stability(system, steps) -> None:
             EulerStabilityWarning,
             stacklevel=3,
         )
+
+
+def writable_folder(flag: str, folder) -> None:
+    """Refuse, before anything runs, an output folder that cannot be made: its nearest existing
+    ancestor must be a folder this process may write into (missing levels are created later)."""
+    import os
+    from pathlib import Path
+
+    folder = Path(folder)
+    probe = folder
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not (probe.is_dir() and os.access(probe, os.W_OK | os.X_OK)):
+        raise ValueError(f"{flag} {folder}: {probe} is not a writable folder")
+
+
+def writable_target(flag: str, path, *, force: bool) -> None:
+    """Refuse, before anything runs, an output file that would fail to be written: a folder, an
+    existing file without `force`, or a place whose folder cannot be made (`writable_folder`)."""
+    from pathlib import Path
+
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{flag} {path} is a folder, not a file")
+    if path.exists() and not force:
+        raise ValueError(f"{path} exists; pass --force to overwrite it")
+    writable_folder(flag, path.parent)

@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from sde_sim import validation
 from sde_sim.cli import OneLineParser, UsageError
 from sde_sim.io import atomic_write
 from sde_sim.scenario import package_version
@@ -79,9 +80,12 @@ def _details(results: list[Result]) -> list[str]:
     return lines
 
 
-def _check_output(path: Path | None, force: bool) -> None:
-    if path is not None and path.exists() and not force:
-        raise UsageError(f"{path} exists; pass --force to overwrite it")
+def _check_output(path: Path | None, force: bool, flag: str = "--json") -> None:
+    if path is not None:
+        try:  # a folder, an existing file without --force, an unwritable place: before running
+            validation.writable_target(flag, path, force=force)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
 
 
 def build_train_parser() -> argparse.ArgumentParser:
@@ -212,8 +216,8 @@ def main(argv: list[str] | None = None) -> int:
             for c in checks:
                 print(f"{c.id:<46} {c.kind:<11} {c.source}")
             return 0
-        _check_output(args.json, args.force)
-        _check_output(args.table, args.force)
+        _check_output(args.json, args.force, "--json")
+        _check_output(args.table, args.force, "--table")
         both = args.json is not None and args.table is not None
         if both and args.json.resolve() == args.table.resolve():
             raise UsageError(f"--json and --table name the same file {args.json}")

@@ -175,7 +175,7 @@ def test_sde_sim_simulate_all_refusals(fuzz):
     @st.composite
     def cases(draw):
         kind = draw(st.sampled_from(["existing", "file", "paths", "seed", "readonly"]))
-        value = draw(st.sampled_from(["0", "-1", "abc", "1.5"]))
+        value = draw(st.sampled_from(["-1", "abc", "1.5"]))  # bad for --paths and --seed
         return kind, value
 
     def body(case):
@@ -199,10 +199,9 @@ def test_sde_sim_simulate_all_refusals(fuzz):
             if kind != "existing":
                 (gallery / "ou-default.npz").unlink()
             try:
-                # every case here must fail (first the existing target, a valid run is slow)
+                # every case here must fail before simulating (a valid run is `slow`, below)
                 names = [p.name for p in gallery.iterdir()] if gallery.exists() else []
-                if kind == "existing" or kind in ("file", "readonly") or value != "1":
-                    cli_expect("python -m sde_sim simulate-all", sde_main, argv, folder)
+                cli_expect("python -m sde_sim simulate-all", sde_main, argv, folder)
                 assert [p.name for p in gallery.iterdir()] == names
             finally:
                 if (folder / "ro").exists():
