@@ -361,3 +361,38 @@ def check_positive(name: str, value) -> float:
     if not 0 < value < math.inf:
         raise ValueError(f"{name} must be finite and > 0, found {value!r}")
     return float(value)
+
+
+def check_query_fit(q, t, freqs) -> torch.Tensor:
+    """`fit_query`'s arguments: ``q (B, H, T, D)`` floating, ``freqs (J,)`` finite, ``t`` as
+    `check_times` takes it (or its ``(Bt, 1, T)`` output); returns ``t`` as ``(Bt, 1, T)``."""
+    if not isinstance(q, torch.Tensor) or q.ndim != 4 or not q.is_floating_point():
+        found = (
+            f"dtype {q.dtype}, shape {tuple(q.shape)}"
+            if isinstance(q, torch.Tensor)
+            else (type(q).__name__)
+        )
+        raise TypeError(f"q must be a floating (B, H, T, D) tensor, found {found}")
+    if not isinstance(freqs, torch.Tensor) or freqs.ndim != 1:
+        found = tuple(freqs.shape) if isinstance(freqs, torch.Tensor) else type(freqs).__name__
+        raise TypeError(f"freqs must be a (J,) tensor, found {found}")
+    check_finite("freqs", freqs)
+    if isinstance(t, torch.Tensor) and t.ndim == 3 and t.shape[1] == 1:
+        return check_times(t[:, 0], q.shape[2], like=q)
+    return check_times(t, q.shape[2], like=q)
+
+
+def check_nll_args(mean, variance, target) -> None:
+    """`mc_marginal_nll`'s tensors: floating ``mean``/``variance`` of one dtype, integer
+    ``target`` (class indices)."""
+    for name, x in (("mean", mean), ("variance", variance)):
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+            found = f"dtype {x.dtype}" if isinstance(x, torch.Tensor) else type(x).__name__
+            raise TypeError(f"{name} must be a floating tensor, found {found}")
+    if variance.dtype != mean.dtype:
+        raise TypeError(f"variance must have mean's dtype {mean.dtype}, found {variance.dtype}")
+    if not isinstance(target, torch.Tensor) or target.is_floating_point() or target.is_complex():
+        found = (
+            f"dtype {target.dtype}" if isinstance(target, torch.Tensor) else (type(target).__name__)
+        )
+        raise TypeError(f"target must be an integer tensor of class indices, found {found}")

@@ -48,7 +48,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from kernels._validation import overflow_warning
+from kernels._validation import check_nll_args, overflow_warning
 from kernels.backend import use_triton
 from kernels.functional.lags import relaxation
 
@@ -111,7 +111,7 @@ def ou_prior(a, p, dt, *, convention: str = "paper") -> tuple[torch.Tensor, torc
     if like is None or not like.is_floating_point():
         raise TypeError("at least one of a, p, dt must be a floating torch.Tensor (sets dtype)")
     a, p, dt = (torch.as_tensor(x, dtype=like.dtype, device=like.device) for x in (a, p, dt))
-    if (a < 0).any() or (dt < 0).any():
+    if not ((a >= 0).all() and (dt >= 0).all()):  # also NaN
         raise ValueError("a and dt must be >= 0 (decay rate and step of the OU prior)")
     scale = p * p if convention == "paper" else p
     if convention == "code" and (p < 0).any():
@@ -477,6 +477,7 @@ def mc_marginal_nll(
         raise ValueError(f"num_samples must be a positive integer, found {num_samples!r}")
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"reduction must be 'mean', 'sum' or 'none', found {reduction!r}")
+    check_nll_args(mean, variance, target)
     if mean.shape != variance.shape:
         raise ValueError(
             f"mean and variance must share a shape, found {tuple(mean.shape)}, "

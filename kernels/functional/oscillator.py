@@ -74,7 +74,7 @@ from typing import NamedTuple
 
 import torch
 
-from kernels._validation import check_qkv, check_times, overflow_warning
+from kernels._validation import check_qkv, check_query_fit, check_times, overflow_warning
 
 __all__ = [
     "OscillatorParams",
@@ -198,6 +198,7 @@ def fit_query(q, t, freqs, *, ridge: float = 1e-3, causal: bool = True):
     """
     if not ridge > 0:
         raise ValueError(f"ridge must be > 0, found {ridge!r}")
+    t = check_query_fit(q, t, freqs)
     n_modes = freqs.shape[0]
     phi = _design(t, freqs)  # (Bt, 1, T, 2J)
     gram = phi.unsqueeze(-1) * phi.unsqueeze(-2)  # (Bt, 1, T, 2J, 2J)

@@ -175,6 +175,8 @@ def test_sde_sim_simulate_all_refusals(fuzz):
     @st.composite
     def cases(draw):
         kind = draw(st.sampled_from(["existing", "file", "paths", "seed", "readonly"]))
+        if kind == "readonly" and os.geteuid() == 0:  # root writes anywhere: a full, slow run
+            kind = "file"
         value = draw(st.sampled_from(["-1", "abc", "1.5"]))  # bad for --paths and --seed
         return kind, value
 
