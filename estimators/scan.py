@@ -239,13 +239,14 @@ def associative_scan(
         ``prefix``: a tuple of new arrays shaped like `elements`; ``stats``: depth and work.
     """
     method = validation.choice("method", method, SCAN_METHODS)
-    arrays = [np.asarray(e, dtype=float) for e in elements]
+    arrays = [validation.numeric_array(f"elements[{i}]", e) for i, e in enumerate(elements)]
     if not arrays:
         raise ValueError("elements must hold at least one array")
     shape = arrays[0].shape
     if any(a.shape != shape for a in arrays):
         raise ValueError(f"elements must share one shape, got {[a.shape for a in arrays]}")
-    if not -len(shape) <= axis < len(shape) or shape[axis] < 1:
+    axis = validation.axis_index("axis", axis, len(shape))
+    if shape[axis] < 1:
         raise ValueError(f"elements must have at least one entry along axis {axis}, got {shape}")
     if method == "blelloch":
         if identity is None or len(identity) != len(arrays):

@@ -231,3 +231,27 @@ def writable_target(flag: str, path, *, force: bool) -> None:
     if path.exists() and not force:
         raise ValueError(f"{path} exists; pass --force to overwrite it")
     writable_folder(flag, path.parent)
+
+
+def numeric_array(name: str, value: Any) -> np.ndarray:
+    """`value` as a float64 array (NaN and inf kept), or a TypeError naming `name`."""
+    try:
+        arr = np.asarray(value)
+    except Exception as exc:  # ragged input
+        raise TypeError(f"{name} must be array-like, got {type(value).__name__}") from exc
+    if (
+        arr.dtype == object
+        or not (np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.bool_))
+        or np.iscomplexobj(arr)
+    ):
+        raise TypeError(f"{name} must be a real numeric array, got dtype {arr.dtype}")
+    return arr.astype(np.float64, copy=False)
+
+
+def axis_index(name: str, value: Any, ndim: int) -> int:
+    """An integer axis of an `ndim`-dimensional array (negative counts from the end)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
+    if not -ndim <= value < ndim:
+        raise ValueError(f"{name} must be in [{-ndim}, {ndim - 1}], got {value}")
+    return int(value)

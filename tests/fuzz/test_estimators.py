@@ -654,3 +654,94 @@ def test_gaussian_prior_time_after_the_first_measurement_is_refused():
             names=("prior.time",),
         )
     assert GaussianPrior(None, None).cov is None
+
+
+def test_associative_scan_groupings_agree(fuzz):
+    """`scan.associative_scan` with the affine operator: the three groupings give the
+    sequential fold's result; spoilt elements, identity, method or axis are refused by name."""
+
+    @st.composite
+    def cases(draw):
+        rng = np.random.default_rng(draw(st.integers(0, 999)))
+        T = draw(st.integers(1, 9))
+        raw = {"gates": rng.uniform(0.2, 0.9, size=(T, 2)), "b": rng.normal(size=(T, 2))}
+        name = kind = None
+        method = draw(st.sampled_from(["blelloch", "hillis-steele", "sequential"]))
+        spoil = draw(st.sampled_from([None, None, "gates", "b", "method", "identity", "axis"]))
+        identity, axis = (1.0, 0.0), 0
+        if spoil in ("gates", "b"):
+            name = spoil
+            kind, raw[name] = draw(S.spoilt(raw[name]))
+        elif spoil == "method":
+            name, kind, method = "method", "choice", draw(st.sampled_from(["", "fast", None]))
+        elif spoil == "identity":
+            name, kind, identity = "identity", "value", draw(st.sampled_from([None, (1.0,), "x"]))
+        elif spoil == "axis":
+            name, kind, axis = "axis", "value", draw(st.sampled_from([5, -9, 1.5, "0"]))
+        return raw, method, identity, axis, name, kind
+
+    def body(case):
+        raw, method, identity, axis, name, kind = case
+
+        def call():
+            out = scan.associative_scan(
+                scan.affine_combine,
+                (raw["gates"], raw["b"]),
+                identity=identity,
+                method=method,
+                axis=axis,
+            )
+            return out[0] if isinstance(out, tuple) and not hasattr(out, "_fields") else out
+
+        def reference(r):
+            seq = scan.associative_scan(
+                scan.affine_combine, (raw["gates"], raw["b"]), method="sequential"
+            )
+            for a, b in zip(r[0], seq[0], strict=True):
+                close(a, b, 1e-12, "vs sequential")
+
+        words = {"gates": ("elements", "elements[0]"), "b": ("elements", "elements[1]")}
+        nan_in = kind in ("nan", "inf", "-inf")  # data: NaN in, NaN out (a generic scan)
+        expect(
+            "estimators.scan.associative_scan",
+            call,
+            finite=(lambda r: []) if nan_in else None,
+            names=naming(name, kind, words, {"gates": ("b",), "b": ("gates",)}),
+            valid=name is None,
+            reference=reference if name is None else None,
+            describe=f"{name} spoilt ({kind})" if name else "valid",
+        )
+
+    fuzz.run("associative_scan", cases(), body, ci=20, slow=200)
+
+
+def test_fit_score(fuzz):
+    """`fit.score` (Fisher's identity) at valid and spoilt theta: finite or refused by name."""
+    family = fitting.IsotropicFamily(2, rotation="rope")
+
+    @st.composite
+    def cases(draw):
+        rng = np.random.default_rng(draw(st.integers(0, 999)))
+        T = draw(st.integers(2, 6))
+        raw = {
+            "theta": np.array([-0.4, 0.7, 0.3, 0.5]),
+            "z": rng.normal(size=(2, T, 2)),
+            "t": np.arange(T) * 0.3,
+        }
+        name = kind = None
+        if draw(st.floats(0, 1)) < 0.7:
+            name = draw(st.sampled_from(sorted(raw)))
+            kind, raw[name] = draw(S.spoilt(raw[name]))
+        return raw, name, kind
+
+    def body(case):
+        raw, name, kind = case
+        expect(
+            "estimators.fit.score",
+            lambda: fitting.score(family, raw["theta"], raw["z"], raw["t"], prior="diffuse"),
+            names=naming(name, kind, {}, {"z": ("t",), "t": ("z",)}),
+            valid=name is None,
+            describe=f"{name} spoilt ({kind})" if name else "valid",
+        )
+
+    fuzz.run("fit_score", cases(), body, ci=10, slow=100)

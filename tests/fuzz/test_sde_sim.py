@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 from hypothesis import strategies as st
 from scipy.linalg import expm
 
@@ -645,3 +646,145 @@ def _leaves(value):
     from tests.fuzz.contract import arrays
 
     return [a for _, a in arrays(value)]
+
+
+def test_io_save_and_atomic_write(fuzz):
+    """`io.save`/`io.atomic_write` on bad targets: a folder, an existing file without
+    overwrite, a parent that is a file, a wrong suffix, not a Simulation, a writer that fails:
+    a clean error and the folder as it was (the target keeps its bytes, no stray file)."""
+    import tempfile
+    from pathlib import Path
+
+    from sde_sim import io as sio
+    from tests.fuzz.cli import snapshot
+    from tests.fuzz.contract import FILE_ERRORS
+
+    sim = sde_sim.simulate(presets.get("ou").scenario().replace(n_steps=20), 1, seed=0)
+
+    @st.composite
+    def cases(draw):
+        return (
+            draw(st.sampled_from(["save", "atomic_write"])),
+            draw(
+                st.sampled_from(
+                    [
+                        "new",
+                        "existing",
+                        "folder",
+                        "under-file",
+                        "suffix",
+                        "not-a-simulation",
+                        "failing-writer",
+                        "overwrite",
+                    ]
+                )
+            ),
+        )
+
+    def body(case):
+        which, kind = case
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp)
+            (folder / "mine.npz").write_bytes(b"mine")
+            (folder / "afile").write_bytes(b"mine")
+            (folder / "dir.npz").mkdir()
+            target = {
+                "new": "new.npz",
+                "existing": "mine.npz",
+                "folder": "dir.npz",
+                "under-file": "afile/x.npz",
+                "suffix": "new.txt",
+                "not-a-simulation": "new.npz",
+                "failing-writer": "mine.npz",
+                "overwrite": "mine.npz",
+            }[kind]
+            path = folder / target
+            overwrite = kind in ("overwrite", "failing-writer", "folder")
+            before = snapshot(folder)
+
+            def write(fh):
+                if kind == "failing-writer":
+                    fh.write(b"partial")
+                    raise OSError("disk full")
+                fh.write(b"complete")
+
+            def call():
+                if which == "save":
+                    value = {"x": 1} if kind == "not-a-simulation" else sim
+                    return sio.save(value, path, overwrite=overwrite)
+                return sio.atomic_write(path, write, overwrite=overwrite)
+
+            ok = (
+                kind in ("new", "overwrite")
+                or (which == "atomic_write" and kind in ("suffix", "not-a-simulation"))
+                or (which == "save" and kind == "failing-writer")
+            )  # save has its own writer
+            try:
+                expect(
+                    f"sde_sim.io.{which}",
+                    call,
+                    allowed=(*FILE_ERRORS, OSError),
+                    valid=ok,
+                    finite=lambda r: [],
+                    describe=kind,
+                )
+            finally:
+                after = snapshot(folder)
+            if not ok:  # refused: nothing changed, nothing left behind
+                assert after == before, f"{which} ({kind}) changed the folder"
+            else:
+                assert set(after) - set(before) <= {str(path.relative_to(folder))}
+
+    fuzz.run("io_save", cases(), body, ci=16, slow=160)
+
+
+def test_euler_maruyama_step_equals_the_formula(fuzz):
+    """The pure step ``x + f(t, x) h + g(t, x) dW`` against the formula (valid input only:
+    its arguments are not checked; see the xfail reproducers below)."""
+    sde = LinearSDE.from_covariance(
+        np.array([[-0.5, 1.0], [-1.0, -0.5]]), 0.2 * np.eye(2), np.ones(2)
+    )
+
+    @st.composite
+    def cases(draw):
+        rng = np.random.default_rng(draw(st.integers(0, 999)))
+        P = draw(st.integers(1, 4))
+        return rng.normal(size=(P, 2)), draw(st.floats(1e-4, 1.0)), rng.normal(size=(P, 2))
+
+    def body(case):
+        x, h, dW = case
+
+        def reference(r):
+            close(r, x + (x @ sde.A.T + sde.u) * h + dW @ sde.G.T, 1e-12, "Euler step")
+
+        expect(
+            "sde_sim.euler_maruyama_step",
+            lambda: sde_sim.euler_maruyama_step(sde, 0.0, x, h, dW),
+            valid=True,
+            reference=reference,
+            describe="valid",
+        )
+
+    fuzz.run("euler_maruyama_step", cases(), body, ci=10, slow=100)
+
+
+_STEP_SDE = LinearSDE.from_covariance(-np.eye(2), np.eye(2))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="euler_maruyama_step checks no argument: the hot loop of "
+    "simulate_euler calls it per step; needs a checked public wrapper around an "
+    "unchecked kernel (after the restructuring)",
+)
+@pytest.mark.parametrize(
+    "x, h, dW, word",
+    [
+        (np.zeros((3, 2)), "0.1", np.zeros((3, 2)), "h"),  # numpy UFuncTypeError, unnamed
+        (np.zeros((3, 2)), 0.1, np.zeros((3, 0)), "dW"),  # matmul core-dimension ValueError
+        (np.zeros((3, 2)), float("nan"), np.zeros((3, 2)), "h"),  # NaN states, no error
+    ],
+)
+def test_euler_maruyama_step_names_a_bad_argument(x, h, dW, word):
+    with pytest.raises((ValueError, TypeError), match=rf"\b{word}\b"):
+        sde_sim.euler_maruyama_step(_STEP_SDE, 0.0, x, h, dW)
