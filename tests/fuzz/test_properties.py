@@ -96,11 +96,25 @@ def _metrics(run: Path) -> list[str]:
     return [{k: v for k, v in m.items() if k != "elapsed_s"} for m in lines]
 
 
+# The child process: `python -m verify train ...`, each optimizer step slowed by 50 ms (the
+# sleep changes no bits) so that the kill lands mid-run on any machine.
+_SLOW_TRAIN = (
+    "import sys, time, torch\n"
+    "step = torch.optim.Adam.step\n"
+    "def slow(self, *a, **k):\n"
+    "    time.sleep(0.05)\n"
+    "    return step(self, *a, **k)\n"
+    "torch.optim.Adam.step = slow\n"
+    "from verify.cli import main\n"
+    "sys.exit(main(sys.argv[1:]))\n"
+)
+
+
 def test_kill_9_during_verify_train_then_resume_equals_an_uninterrupted_run(tmp_path):
-    steps = "400"
+    steps = "30"
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     child = subprocess.Popen(
-        [sys.executable, "-m", "verify", *TRAIN, "--steps", steps, "--out", str(cut)],
+        [sys.executable, "-c", _SLOW_TRAIN, *TRAIN, "--steps", steps, "--out", str(cut)],
         cwd=REPO_ROOT,
         env=_env(),
         stdout=subprocess.DEVNULL,
