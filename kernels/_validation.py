@@ -37,9 +37,11 @@ def warn_if_huge(name: str, x: torch.Tensor) -> None:
     `safe_magnitude` of its dtype. Skipped while compiling (data-dependent control flow)."""
     if torch.compiler.is_compiling() or not x.is_floating_point() or not x.numel():
         return
-    detached = x.detach()
-    finite = torch.where(torch.isfinite(detached), detached.abs(), torch.zeros_like(detached))
-    worst = float(finite.max())
+    low, high = torch.aminmax(x.detach())  # two scalars: no temporary of x's size
+    worst = max(-float(low), float(high))
+    if not math.isfinite(worst):  # NaN or inf present: the largest finite entry
+        detached = x.detach()
+        worst = float(torch.where(torch.isfinite(detached), detached.abs(), 0.0).max())
     bound = safe_magnitude(x.dtype)
     if worst > bound:
         warnings.warn(
@@ -139,9 +141,13 @@ def check_times(t, steps: int, *, like: torch.Tensor, name: str = "t") -> torch.
     """
     if t is None:
         return torch.arange(steps, dtype=like.dtype, device=like.device).view(1, 1, steps)
-    if torch.as_tensor(t).is_complex():  # a cast to the real dtype would drop the imaginary part
+    try:
+        raw = torch.as_tensor(t)
+    except (TypeError, ValueError, RuntimeError):  # a string, a ragged list, a dict
+        raise TypeError(f"{name} must be a tensor of time stamps, found {t!r:.60}") from None
+    if raw.is_complex():  # a cast to the real dtype would drop the imaginary part
         raise TypeError(f"{name} must hold real time stamps, found a complex dtype")
-    t = torch.as_tensor(t, dtype=like.dtype, device=like.device)
+    t = raw.to(dtype=like.dtype, device=like.device)
     if t.ndim not in (1, 2) or t.shape[-1] != steps:
         raise ValueError(
             f"{name} must have shape (T,) or (B, T) with T = {steps}, found {tuple(t.shape)}"
@@ -396,3 +402,26 @@ def check_nll_args(mean, variance, target) -> None:
             f"dtype {target.dtype}" if isinstance(target, torch.Tensor) else (type(target).__name__)
         )
         raise TypeError(f"target must be an integer tensor of class indices, found {found}")
+
+
+def check_real(name: str, value) -> float:
+    """A real number (int or float, not bool), naming `name` otherwise; returned as float."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a real number, found {value!r}")
+    return float(value)
+
+
+def check_state(name: str, state, cls) -> None:
+    """A decoding state of type `cls` (a named tuple of tensors), naming `name` otherwise."""
+    if not isinstance(state, cls):
+        raise TypeError(f"{name} must be a {cls.__name__}, found {type(state).__name__}")
+
+
+def check_class_indices(name: str, target: torch.Tensor, classes: int) -> None:
+    """Class indices in ``[0, classes)``."""
+    if target.numel() and not torch.compiler.is_compiling():
+        low, high = int(target.min()), int(target.max())
+        if low < 0 or high >= classes:
+            raise ValueError(
+                f"{name} must hold class indices in [0, {classes}), found [{low}, {high}]"
+            )

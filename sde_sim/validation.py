@@ -118,6 +118,11 @@ def psd_factor(matrix: np.ndarray) -> np.ndarray:
     so the symmetric eigendecomposition is used; eigenvalues below zero are round-off of a PSD
     matrix that `covariance` has already accepted, and are set to zero.
     """
+    if not np.all(np.isfinite(matrix)):
+        raise ValueError(
+            "a covariance to factor (Q, or the step covariance Q_d it integrates to) has NaN "
+            "or infinite entries: it overflowed float64; rescale Q"
+        )
     eigs, vecs = np.linalg.eigh(0.5 * (matrix + np.swapaxes(matrix, -1, -2)))
     return vecs * np.sqrt(np.clip(eigs, 0.0, None))[..., None, :]
 

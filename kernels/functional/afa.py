@@ -1008,7 +1008,9 @@ def predict(estimate: torch.Tensor, *, decay, frequencies=None, step=1.0, bias=N
             f"estimate feature size D must be even when frequencies are given, found {dim}"
         )
     width = dim // 2 if rotate else dim
-    a = _parameter("decay", decay, heads, width, estimate)[None, :, None, :]
+    a = _parameter("decay", decay, heads, width, estimate)
+    _check_values("decay", a, positive=False)
+    a = a[None, :, None, :]
     if isinstance(step, torch.Tensor) and step.ndim > 0:
         if step.shape[-1] != steps or step.ndim > 2:
             raise ValueError(

@@ -48,7 +48,13 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from kernels._validation import check_nll_args, overflow_warning
+from kernels._validation import (
+    as_parameter,
+    check_class_indices,
+    check_finite,
+    check_nll_args,
+    overflow_warning,
+)
 from kernels.backend import use_triton
 from kernels.functional.lags import relaxation
 
@@ -111,7 +117,9 @@ def ou_prior(a, p, dt, *, convention: str = "paper") -> tuple[torch.Tensor, torc
     if like is None or not like.is_floating_point():
         raise TypeError("at least one of a, p, dt must be a floating torch.Tensor (sets dtype)")
     a, p, dt = (torch.as_tensor(x, dtype=like.dtype, device=like.device) for x in (a, p, dt))
-    if not ((a >= 0).all() and (dt >= 0).all()):  # also NaN
+    for name, x in (("a", a), ("p", p), ("dt", dt)):
+        check_finite(name, x)
+    if not ((a >= 0).all() and (dt >= 0).all()):
         raise ValueError("a and dt must be >= 0 (decay rate and step of the OU prior)")
     scale = p * p if convention == "paper" else p
     if convention == "code" and (p < 0).any():
@@ -132,6 +140,7 @@ def _tensor(name: str, x, like: torch.Tensor | None = None) -> torch.Tensor:
     if not isinstance(x, torch.Tensor):  # Python numbers and arrays: straight to like's dtype
         if np.iscomplexobj(x):  # the cast would fail with no word of which argument
             raise TypeError(f"{name} must be real, found a complex value")
+        x = as_parameter(name, x, like) if isinstance(x, (str, type(None))) else x
         x = torch.as_tensor(x, dtype=like.dtype, device=like.device)
     if x.is_complex() or not (x.is_floating_point() or x.dtype in (torch.int64, torch.int32)):
         raise TypeError(f"{name} must be real, found dtype {x.dtype}")
@@ -492,6 +501,7 @@ def mc_marginal_nll(
     )
     samples = mean + variance.clamp_min(0.0).sqrt() * eps  # clamp: rounding may give -0 variance
     log_probs = torch.log_softmax(decoder(samples), dim=-1)
+    check_class_indices("target", target, log_probs.shape[-1])
     index = target.unsqueeze(0).expand(num_samples, *target.shape).unsqueeze(-1)
     log_lik = log_probs.gather(-1, index).squeeze(-1)
     nll = -(torch.logsumexp(log_lik, dim=0) - math.log(num_samples))

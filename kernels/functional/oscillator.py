@@ -74,7 +74,14 @@ from typing import NamedTuple
 
 import torch
 
-from kernels._validation import check_qkv, check_query_fit, check_times, overflow_warning
+from kernels._validation import (
+    check_qkv,
+    check_query_fit,
+    check_real,
+    check_tensor,
+    check_times,
+    overflow_warning,
+)
 
 __all__ = [
     "OscillatorParams",
@@ -196,7 +203,7 @@ def fit_query(q, t, freqs, *, ridge: float = 1e-3, causal: bool = True):
     -------
     ``(A, B)``, each ``(B, H, T, J, D)`` (``T`` copies of one fit when ``causal=False``).
     """
-    if not ridge > 0:
+    if not check_real("ridge", ridge) > 0:
         raise ValueError(f"ridge must be > 0, found {ridge!r}")
     t = check_query_fit(q, t, freqs)
     n_modes = freqs.shape[0]
@@ -228,6 +235,8 @@ def query_at(coef_cos, coef_sin, freqs, times) -> torch.Tensor:
 
 
 def _check_params(p: OscillatorParams, heads: int, dim: int, name: str) -> None:
+    for field in OscillatorParams._fields:
+        check_tensor(f"{name}.{field}", getattr(p, field))
     expected = {
         "omega": (heads, dim),
         "gamma": (heads, dim),

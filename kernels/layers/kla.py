@@ -30,7 +30,13 @@ import math
 import torch
 from torch import nn
 
-from kernels._validation import check_decay_factor, check_input, check_positive, check_times
+from kernels._validation import (
+    check_decay_factor,
+    check_input,
+    check_positive,
+    check_state,
+    check_times,
+)
 from kernels.functional.kla import (
     P_CONVENTIONS,
     SCAN_METHODS,
@@ -191,6 +197,7 @@ class KalmanLinearAttention(nn.Module):
         check_positive("gap", gap)
         if state is None:
             state = self.initial_state(x_t.shape[0], like=x_t)
+        check_state("state", state, KLAState)
         expected = (x_t.shape[0], self.num_slots, self.embed_dim)
         if tuple(state.lam.shape) != expected or tuple(state.eta.shape) != expected:
             raise ValueError(

@@ -44,7 +44,7 @@ PARTNERS = {
     "R": ("C",),
     "b": ("C",),
     "z": ("t", "mask", "C"),
-    "t": ("z", "mask"),
+    "t": ("z", "mask", "prior_time"),
     "mask": ("z", "t"),
     "prior_mean": ("prior_cov", "A"),
     "prior_cov": ("prior_mean", "A"),
@@ -88,7 +88,8 @@ class Problem:
 
     @property
     def names(self) -> tuple[str, ...]:
-        kind = "relation" if self.spoilt in ("delay", "prior_time") else self.kind
+        # t, delay and prior.time are checked against each other: any change may name either
+        kind = "relation" if self.spoilt in ("delay", "prior_time", "t") else self.kind
         return naming(self.spoilt, kind, NAMES, PARTNERS)
 
     def describe(self) -> str:
