@@ -14,11 +14,14 @@ step maps, the predict/update pair) is `estimators.linear_gaussian`.
 
 from __future__ import annotations
 
+import functools
+import inspect
+import re
 from typing import NamedTuple
 
 import numpy as np
 
-from sde_sim import validation
+from sde_sim import LinearMeasurement, LinearSDE, validation
 
 
 class Batch(NamedTuple):
@@ -94,6 +97,7 @@ def measurements(z, mask, k: int) -> Measurements:
             f"z has NaN or infinite entries at observed measurements (first: sequence {b}, "
             f"step {step}); mark missing ones with mask"
         )
+    bounded("z", z, observed=observed)
     return Measurements(z, observed, squeeze)
 
 
@@ -126,6 +130,7 @@ def times(t, B: int, T: int) -> np.ndarray:
         raise ValueError(f"t must have shape ({T},) or ({B}, {T}), got {t.shape}")
     if T > 1 and np.any(np.diff(t, axis=1) <= 0):
         raise ValueError("t must be strictly increasing along each sequence")
+    bounded("t", t)
     return t
 
 
@@ -151,3 +156,216 @@ def state_times(t: np.ndarray, delay: float) -> np.ndarray:
             "distinct time stamps together"
         )
     return times
+
+
+# Magnitudes of measurements and time stamps beyond this cannot be squared in float64 (the
+# innovations' quadratic forms, the log-likelihood, the lags' products with the drift); refused.
+MAX_MAGNITUDE = 1e150
+
+
+def bounded(name: str, arr: np.ndarray, *, observed: np.ndarray | None = None) -> None:
+    """Refuse finite entries of `arr` beyond `MAX_MAGNITUDE` (where `observed`, if given)."""
+    values = np.abs(arr if observed is None else arr[observed])
+    worst = float(np.max(values[np.isfinite(values)], initial=0.0))
+    if worst > MAX_MAGNITUDE:
+        raise ValueError(
+            f"{name} has entries of magnitude up to {worst:.3g}, beyond {MAX_MAGNITUDE:.0e}: "
+            "their squares overflow float64; rescale it"
+        )
+
+
+def _magnitude(value) -> float:
+    """Largest |entry| of an array-like input (0 for empty or non-numeric)."""
+    try:
+        arr = np.abs(np.asarray(value, dtype=complex if np.iscomplexobj(value) else float))
+    except (TypeError, ValueError):
+        return 0.0
+    arr = arr[np.isfinite(arr)]
+    return float(arr.max()) if arr.size else 0.0
+
+
+def _expand(inputs: dict) -> dict:
+    """Argument values by name, models and priors split into their matrices and numbers."""
+    out = {}
+    for name, value in inputs.items():
+        if value is None or isinstance(value, (str, bool)) or callable(value):
+            continue
+        if isinstance(value, LinearSDE):
+            out.update({"A": value.A, "Q": value.Q, "u": value.u})
+        elif isinstance(value, LinearMeasurement):
+            out.update({"C": value.C, "R": value.R, "b": value.b, "delay": value.delay})
+        elif hasattr(value, "_fields") or hasattr(value, "__dataclass_fields__"):
+            fields = getattr(value, "_fields", None) or tuple(value.__dataclass_fields__)
+            prefix = "prior." if name == "prior" else ""
+            for field in fields:
+                item = getattr(value, field, None)
+                if item is not None and not isinstance(item, (str, bool)):
+                    out[prefix + field] = item
+        else:
+            out[name] = value
+    if "A" in out and "t" in out:  # e^{A h}: the drift's size times the span of the times
+        span = (
+            _magnitude(np.ptp(np.asarray(out["t"], dtype=float), axis=-1))
+            if np.size(out["t"])
+            else 0.0
+        )
+        out["A (times the span of t)"] = _magnitude(out["A"]) * span
+    return out
+
+
+def _scales(inputs: dict) -> str:
+    """``"name size, ..."`` for the three inputs whose magnitudes are furthest from 1."""
+    scales = []
+    for name, value in _expand(inputs).items():
+        size = _magnitude(value)
+        if size > 0:
+            scales.append((abs(np.log10(size)), name, size))
+    scales.sort(reverse=True)
+    return ", ".join(f"{name} {size:.3g}" for _, name, size in scales[:3])
+
+
+class ScaleError(ValueError):
+    """Raised by `guard`: finite input overflowed float64 inside an estimator."""
+
+    def __init__(self, message: str, function: str):
+        super().__init__(message)
+        self.function = function
+
+
+def finite_outputs(function: str, outputs: dict, **inputs) -> None:
+    """Raise `ValueError` when an output that must be finite is not (see `guard`).
+
+    `outputs` maps names to arrays that must be finite (leave out entries that are NaN by
+    design); `inputs` are the arguments by name (``sde``, ``measurement`` and ``prior`` are
+    split into ``A, Q, u``, ``C, R, b, delay`` and ``prior.mean, prior.cov``).
+    """
+    bad = [name for name, arr in outputs.items() if not np.all(np.isfinite(arr))]
+    if bad:
+        raise ScaleError(
+            f"{function}: {', '.join(bad)} came out NaN or infinite from finite input: the "
+            "computation overflows float64 at these scales (the magnitudes furthest from 1 "
+            f"first: {_scales(inputs)}); rescale the input",
+            function,
+        )
+
+
+# Result fields that must come out finite (where the result's own mask says they are defined).
+_FINITE_FIELDS = (
+    "means",
+    "covs",
+    "log_likelihood",
+    "outputs",
+    "states",
+    "magnitudes",
+    "directions",
+    "resultant",
+    "mean",
+    "variance",
+    "info_mean",
+    "mode_variances",
+)
+
+
+def _must_be_finite(result) -> dict:
+    if isinstance(result, (float, np.floating)):
+        return {"result": np.asarray(result)}
+    fields = getattr(result, "_fields", ())
+    rows = None
+    if "n_used" in fields:
+        rows = np.asarray(result.n_used) > 0
+    elif "defined" in fields:
+        rows = np.asarray(result.defined, dtype=bool)
+    elif "info_mean" in fields:  # KLA: mean and variance are NaN/inf where lam = 0 (diffuse)
+        rows = np.asarray(result.precision) > 0
+        rows &= np.isfinite(result.precision)
+    out = {}
+    for name in ("precision", "prior_precision"):  # KLA's: finite everywhere (0 when diffuse)
+        value = getattr(result, name, None) if "info_mean" in fields else None
+        if isinstance(value, np.ndarray):
+            out[name] = value
+    for name in fields:
+        value = getattr(result, name)
+        if name not in _FINITE_FIELDS or not isinstance(value, np.ndarray):
+            continue
+        if value.dtype.kind not in "fc":
+            continue
+        out[name] = value[rows] if rows is not None and value.ndim >= rows.ndim else value
+    return out
+
+
+def _names_an_input(message: str, names) -> bool:
+    word = r"(?<![A-Za-z0-9_]){}(?![A-Za-z0-9_])"
+    return any(re.search(word.format(re.escape(n)), message) for n in names)
+
+
+def guard(function):
+    """Decorate an estimator with the output guard of the error contract.
+
+    Finite input can still overflow float64 inside an estimator (entries near 1e300 in a model
+    matrix, a stiff drift times a long time span in ``e^{A h}``, a prior covariance whose
+    product with ``C`` overflows). Instead of returning NaN or inf, or failing deep inside
+    numpy, the decorated estimator raises `ValueError` naming the inputs whose magnitudes are
+    furthest from 1 (the likely cause first) when
+
+    * an output that must be finite is not (means, covariances, log-likelihoods, ... where the
+      result itself says they are defined: ``n_used > 0``, ``defined``, ``precision > 0``);
+    * numpy raises ``LinAlgError`` (a Cholesky factor of an overflowed covariance), or a
+      ``ValueError`` that names none of the arguments (an internal quantity gone non-finite).
+    """
+    signature = inspect.signature(function)
+
+    @functools.wraps(function)
+    def guarded(*args, **kwargs):
+        try:
+            result = function(*args, **kwargs)
+        except ValueError as exc:  # LinAlgError is a ValueError
+            inputs = _bound(signature, args, kwargs)
+            names = set(_expand(inputs)) | set(inputs)
+            message = " ".join(str(exc).split())
+            if isinstance(exc, ScaleError) and exc.function == function.__name__:
+                raise
+            inner = isinstance(exc, (ScaleError, np.linalg.LinAlgError))
+            if not inner and _names_an_input(message, names):
+                raise
+            raise ScaleError(
+                f"{function.__name__}: {message} (the computation fails at these scales; "
+                f"the magnitudes furthest from 1 of its arguments first: {_scales(inputs)})",
+                function.__name__,
+            ) from None
+        finite_outputs(
+            function.__name__, _must_be_finite(result), **_bound(signature, args, kwargs)
+        )
+        return result
+
+    return guarded
+
+
+def _bound(signature, args, kwargs) -> dict:
+    try:
+        return dict(signature.bind(*args, **kwargs).arguments)
+    except TypeError:
+        return {}
+
+
+_FILTER_FIELDS = ("means", "covs", "pred_means", "pred_covs", "group", "transition")
+
+
+def filter_result(name: str, value) -> None:
+    """Check that `value` is a `kalman_filter` result (the smoother's input), naming `name`."""
+    missing = [f for f in _FILTER_FIELDS if not isinstance(getattr(value, f, None), np.ndarray)]
+    if missing:
+        raise TypeError(
+            f"{name} must be the FilterResult of estimators.kalman.kalman_filter, got "
+            f"{type(value).__name__} (without {', '.join(missing)})"
+        )
+    means, covs = value.means, value.covs
+    if means.ndim not in (2, 3) or value.pred_means.shape != means.shape:
+        raise ValueError(
+            f"{name}.means and .pred_means must have equal shapes (B, T, d) or (T, d), got "
+            f"{means.shape} and {value.pred_means.shape}"
+        )
+    T, d = means.shape[-2:]
+    for field in ("covs", "pred_covs", "transition"):
+        arr = getattr(value, field)
+        if arr.ndim != 4 or arr.shape[1:] != (T, d, d) or arr.shape[0] != covs.shape[0]:
+            raise ValueError(f"{name}.{field} must have shape (G, {T}, {d}, {d}), got {arr.shape}")

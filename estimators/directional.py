@@ -232,6 +232,7 @@ def directional_precision(
     return prob.precision[0] if prob.data.squeeze else prob.precision
 
 
+@batch_input.guard
 def directional_mle(
     model: RTModel,
     z,
@@ -341,6 +342,7 @@ def directional_loss(
     return loss[0] if prob.data.squeeze else loss
 
 
+@batch_input.guard
 def directional_irls(
     model: RTModel,
     z,

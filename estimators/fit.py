@@ -35,6 +35,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy.optimize import minimize
 
+from estimators import batch_input
 from estimators import linear_gaussian as lg
 from estimators.fit_families import (
     CONSTRAINTS,
@@ -343,13 +344,14 @@ def _covariance(H: np.ndarray) -> tuple[np.ndarray, bool]:
     return Linv.T @ Linv, True
 
 
+@batch_input.guard
 def log_likelihood(family, theta, z, t, *, mask=None, prior="diffuse") -> float:
     """``sum_b log L_b(theta)``: the objective `fit` maximises, at natural parameters ``theta``.
 
     Same arguments as `fit`; ``theta`` (n,) must satisfy the family's constraints.
     """
     family = as_family(family, theta)
-    theta = check_theta(theta, family)
+    theta = check_theta(theta, family, "theta")
     problem = Likelihood(family, z, t, mask, prior)
     return -problem.nll(to_unconstrained(theta, family.constraints))
 
@@ -360,7 +362,7 @@ def score(family, theta, z, t, *, mask=None, prior="diffuse") -> np.ndarray:
     Needs invertible ``Q_d``, ``R`` and prior covariance; raises ValueError otherwise.
     """
     family = as_family(family, theta)
-    theta = check_theta(theta, family)
+    theta = check_theta(theta, family, "theta")
     problem = Likelihood(family, z, t, mask, prior)
     return -problem.nll_and_grad(to_unconstrained(theta, family.constraints), "score")[1]
 

@@ -296,21 +296,21 @@ def as_family(family, theta0):
     )
 
 
-def check_theta(theta0, family) -> np.ndarray:
+def check_theta(theta0, family, label: str = "theta0") -> np.ndarray:
     """``theta0`` as a float vector (n,) of the family's length that meets its constraints."""
     names, cons = tuple(family.names), tuple(family.constraints)
-    theta0 = validation.vector("theta0", theta0)
+    theta0 = validation.vector(label, theta0)
     if theta0.size != len(cons):
         raise ValueError(
-            f"theta0 must have {len(cons)} entries ({', '.join(names)}), got {theta0.size}"
+            f"{label} must have {len(cons)} entries ({', '.join(names)}), got {theta0.size}"
         )
     for i, (name, kind, value) in enumerate(zip(names, cons, theta0, strict=True)):
         if kind == "positive" and not value > 0:
             raise ValueError(
-                f"theta0[{i}] ({name}) must be > 0 (a positive parameter), got {value:g}"
+                f"{label}[{i}] ({name}) must be > 0 (a positive parameter), got {value:g}"
             )
         if kind == "negative" and not value < 0:
             raise ValueError(
-                f"theta0[{i}] ({name}) must be < 0 (a negative parameter), got {value:g}"
+                f"{label}[{i}] ({name}) must be < 0 (a negative parameter), got {value:g}"
             )
     return theta0

@@ -226,6 +226,7 @@ def _initial(terms: PairwiseTerms, init, pz: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(mle), np.nan, x0)
 
 
+@batch_input.guard
 def irls(
     sde: LinearSDE,
     measurement: LinearMeasurement,
@@ -278,6 +279,7 @@ def irls(
     )
 
 
+@batch_input.guard
 def eigen_irls(
     model: DiagonalizableModel,
     z,

@@ -142,6 +142,7 @@ def _transitions(sde: LinearSDE, grid_times: np.ndarray, prior_time: float | Non
 # --------------------------------------------------------------------------------------------
 
 
+@batch_input.guard
 def kalman_filter(
     sde: LinearSDE,
     measurement: LinearMeasurement,
@@ -390,6 +391,7 @@ def _squeezed(result: FilterResult, squeeze: bool) -> FilterResult:
 # --------------------------------------------------------------------------------------------
 
 
+@batch_input.guard
 def rts_smoother(filtered: FilterResult) -> SmootherResult:
     """Rauch-Tung-Striebel smoother from a `FilterResult` (batched or not).
 
@@ -402,6 +404,7 @@ def rts_smoother(filtered: FilterResult) -> SmootherResult:
     -------
     SmootherResult with means (B, T, d) (or (T, d)), covs (G, T, d, d) and group (B,).
     """
+    batch_input.filter_result("filtered", filtered)
     squeeze = filtered.means.ndim == 2
     means = filtered.means[None] if squeeze else filtered.means
     pred_means = filtered.pred_means[None] if squeeze else filtered.pred_means

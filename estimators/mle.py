@@ -670,6 +670,7 @@ def weighted_estimate(terms: PairwiseTerms, weights) -> MLEResult:
     return finish(terms, x, cov)
 
 
+@batch_input.guard
 def batch_mle(
     sde: LinearSDE,
     measurement: LinearMeasurement,
@@ -708,6 +709,7 @@ def batch_mle(
     return weighted_estimate(pairwise_terms(sde, measurement, z, t, mask=mask, causal=causal), 1.0)
 
 
+@batch_input.guard
 def eigen_batch_mle(
     model: DiagonalizableModel, z, t, *, mask=None, causal: bool = True
 ) -> MLEResult:

@@ -446,6 +446,7 @@ def _robust_diffuse_start(z0, measurement: LinearMeasurement, L_inv, opts: _Opti
     return x0, info_inv[None] / w[:, None, None], w
 
 
+@batch_input.guard
 def recurrent_filter(
     sde: LinearSDE,
     measurement: LinearMeasurement,
@@ -575,6 +576,7 @@ def _mode_data(eigenvalues, S, process_variances, measurement_variances):
     return lam, S, q, r
 
 
+@batch_input.guard
 def eigen_recurrent_filter(
     eigenvalues,
     S,

@@ -188,6 +188,7 @@ class _RTProblem:
         return out
 
 
+@batch_input.guard
 def rt_mle(model: RTModel, z, t, *, causal: bool = True, mask=None) -> RTEstimate:
     """Non-robust RT estimate: the ``nu = inf`` fixed point of RT-Kalman IRLS (seed 000 5.3).
 
@@ -214,6 +215,7 @@ def rt_mle(model: RTModel, z, t, *, causal: bool = True, mask=None) -> RTEstimat
     return RTEstimate(*prob.output(mag, u, defined))
 
 
+@batch_input.guard
 def rt_irls(
     model: RTModel,
     z,

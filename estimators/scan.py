@@ -54,6 +54,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from estimators import batch_input
 from estimators.closed_forms.kla import AFFINE_IDENTITY, AffineMap
 from sde_sim import validation
 
@@ -238,13 +239,14 @@ def associative_scan(
         ``prefix``: a tuple of new arrays shaped like `elements`; ``stats``: depth and work.
     """
     method = validation.choice("method", method, SCAN_METHODS)
-    arrays = [np.asarray(e, dtype=float) for e in elements]
+    arrays = [validation.numeric_array(f"elements[{i}]", e) for i, e in enumerate(elements)]
     if not arrays:
         raise ValueError("elements must hold at least one array")
     shape = arrays[0].shape
     if any(a.shape != shape for a in arrays):
         raise ValueError(f"elements must share one shape, got {[a.shape for a in arrays]}")
-    if not -len(shape) <= axis < len(shape) or shape[axis] < 1:
+    axis = validation.axis_index("axis", axis, len(shape))
+    if shape[axis] < 1:
         raise ValueError(f"elements must have at least one entry along axis {axis}, got {shape}")
     if method == "blelloch":
         if identity is None or len(identity) != len(arrays):
@@ -491,6 +493,7 @@ def _tokens(k, value_precision, v, a_bar, p_bar, q, lam0, eta0, mask, *, proper:
 # --- the filter --------------------------------------------------------------------------------
 
 
+@batch_input.guard
 def kla_filter(
     k,
     value_precision,
@@ -610,6 +613,7 @@ def _recursion(tok: _Tokens):
     return lam_out, eta_out, prior_out
 
 
+@batch_input.guard
 def moment_filter(
     k, value_precision, v, a_bar, p_bar, *, lam0=1.0, eta0=0.0, mask=None
 ) -> MomentFilterResult:

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import figures
-from sde_sim.plumbing import OneLineParser, UsageError, atomic_write, run_cli
+from sde_sim.plumbing import OneLineParser, UsageError, atomic_write, check_folder, run_cli
 
 PROG = "python -m figures"
 SUBDIR = "figures"
@@ -143,6 +143,7 @@ def run(argv: list[str]) -> None:
     folder = args.out / SUBDIR
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"{folder} exists and is not a folder")
+    check_folder(folder, "--out")  # before any figure is computed
     if not args.force:
         existing = [str(p) for n in names for p in _outputs(folder, n) if p.exists()]
         if existing:

@@ -13,6 +13,7 @@ from typing import Protocol
 
 import numpy as np
 
+from sde_sim import validation
 from sde_sim.models import LinearSDE, RadialTangentialSDE, unit_rows
 from sde_sim.recursion import AffineSteps, run_affine_recursion
 
@@ -76,6 +77,7 @@ def simulate_euler(
     grid = noise.grid
     x0 = np.asarray(x0, dtype=noise.dtype)
     _check_batch(system, x0, noise)
+    validation.euler_stability(system, grid.steps)
     if isinstance(system, LinearSDE):
         sizes, classes = grid.step_classes()
         maps = euler_affine_steps(system, sizes, classes)

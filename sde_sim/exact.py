@@ -53,8 +53,7 @@ def van_loan(A: np.ndarray, Q: np.ndarray, h) -> tuple[np.ndarray, np.ndarray]:
     """
     h = np.atleast_1d(np.asarray(h, dtype=float))
     d = A.shape[0]
-    reach = float(np.max(h, initial=0.0)) * float(np.linalg.norm(A, 1))
-    k = int(np.ceil(np.log2(reach / _VAN_LOAN_MAX_NORM))) if reach > _VAN_LOAN_MAX_NORM else 0
+    k = _halvings(A, h)
     block = np.zeros((2 * d, 2 * d))
     block[:d, :d], block[:d, d:], block[d:, d:] = -A, Q, A.T
     F = expm(block * (h / 2.0**k)[:, None, None])
@@ -66,15 +65,27 @@ def van_loan(A: np.ndarray, Q: np.ndarray, h) -> tuple[np.ndarray, np.ndarray]:
     return E, 0.5 * (V + np.swapaxes(V, 1, 2))
 
 
+def _halvings(A: np.ndarray, h: np.ndarray) -> int:
+    """``k`` with ``||A h / 2^k||_1 <= 1/2`` for every step in `h`."""
+    reach = float(np.max(h, initial=0.0)) * float(np.linalg.norm(A, 1))
+    return int(np.ceil(np.log2(reach / _VAN_LOAN_MAX_NORM))) if reach > _VAN_LOAN_MAX_NORM else 0
+
+
 def linear_transition(sde: LinearSDE, h) -> LinearTransition:
     """Exact mean map and covariance of `sde` over each step in `h` (scalar or (n,))."""
-    h = np.atleast_1d(np.asarray(h, dtype=float))
-    if np.any(h < 0):
-        raise ValueError(f"h must be >= 0, got min {h.min():g}")
+    h = np.atleast_1d(validation.nonnegative("h", h))
     d = sde.dim
     drift = np.zeros((d + 1, d + 1))
     drift[:d, :d], drift[:d, d] = sde.A, sde.u
-    offset = expm(drift * h[:, None, None])[:, :d, d]
+    # Gamma(h) u on h / 2^k, then doubled, Gamma(2s) u = Gamma(s) u + e^{As} Gamma(s) u, as in
+    # `van_loan`: expm of the whole step returns NaN or a wrong finite offset once ||A h||
+    # passes ~1e16 (scaling and squaring of the augmented block).
+    k = _halvings(sde.A, h)
+    augmented = expm(drift * (h / 2.0**k)[:, None, None])
+    E, offset = augmented[:, :d, :d], augmented[:, :d, d]
+    for _ in range(k):
+        offset = offset + np.einsum("nij,nj->ni", E, offset)
+        E = E @ E
     Phi, Qd = van_loan(sde.A, sde.Q, h)
     return LinearTransition(Phi, offset, Qd)
 

@@ -22,6 +22,8 @@ from sde_sim.scenario import Simulation
 
 def save(simulation: Simulation, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
     """Save `simulation` to `path` (must end in ``.npz``); returns the path written."""
+    if not isinstance(simulation, Simulation):
+        raise TypeError(f"simulation must be a Simulation, got {type(simulation).__name__}")
     path = Path(path)
     if path.suffix != ".npz":
         raise ValueError(f"path must end in .npz, got {str(path)!r}")

@@ -206,6 +206,8 @@ def covariance_from_eigen(S, variances, *, name: str = "Q") -> np.ndarray:
     equal variances.
     """
     S = validation.complex_array("S", S, ndim=2)
+    if S.shape[0] != S.shape[1] or not S.size:
+        raise ValueError(f"S must be a non-empty square matrix, got shape {S.shape}")
     lam = validation.nonnegative(f"variances of {name}", variances)
     if lam.shape != (S.shape[0],):
         raise ValueError(f"variances of {name} must have shape ({S.shape[0]},), got {lam.shape}")

@@ -129,13 +129,23 @@ def check_target(path: Path | None, flag: str, *, force: bool, suffix: str | Non
     path = Path(path)
     if suffix is not None and path.suffix != suffix:
         raise UsageError(f"{flag} must end in {suffix}, got {str(path)!r}")
+    if path.is_dir():
+        raise UsageError(f"{flag} {path} is a folder, not a file")
     if path.exists() and not force:
         raise UsageError(f"{path} exists; pass --force to overwrite it")
-    folder = path.parent
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    if not (folder.is_dir() and os.access(folder, os.W_OK | os.X_OK)):
-        raise UsageError(f"{flag} {path}: {folder} is not a writable folder")
+    check_folder(path.parent, flag, shown=path)
+
+
+def check_folder(folder: Path, flag: str, *, shown: Path | None = None) -> None:
+    """Refuse, with a `UsageError` naming `flag`, an output folder that cannot be made: its
+    nearest existing ancestor must be a folder this process may write into (missing levels are
+    created later). The message names `shown` (default: the folder)."""
+    folder = Path(folder)
+    ancestor = folder
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not (ancestor.is_dir() and os.access(ancestor, os.W_OK | os.X_OK)):
+        raise UsageError(f"{flag} {shown or folder}: {ancestor} is not a writable folder")
 
 
 def atomic_write(path: str | os.PathLike, write: Callable, *, overwrite: bool = False) -> Path:

@@ -118,6 +118,11 @@ def psd_factor(matrix: np.ndarray) -> np.ndarray:
     so the symmetric eigendecomposition is used; eigenvalues below zero are round-off of a PSD
     matrix that `covariance` has already accepted, and are set to zero.
     """
+    if not np.all(np.isfinite(matrix)):
+        raise ValueError(
+            "a covariance to factor (Q, or the step covariance Q_d it integrates to) has NaN "
+            "or infinite entries: it overflowed float64; rescale Q"
+        )
     eigs, vecs = np.linalg.eigh(0.5 * (matrix + np.swapaxes(matrix, -1, -2)))
     return vecs * np.sqrt(np.clip(eigs, 0.0, None))[..., None, :]
 
@@ -162,3 +167,69 @@ def nonnegative(name: str, value: Any) -> np.ndarray:
     if np.any(arr < 0):
         raise ValueError(f"{name} must be >= 0, got min {arr.min():.6g}")
     return arr
+
+
+class EulerStabilityWarning(UserWarning):
+    """Euler-Maruyama amplifies a decaying mode at this step: paths grow without bound although
+    the system itself is stable (a stiff system; use the exact method or a smaller step)."""
+
+
+def euler_stability(system, steps) -> None:
+    """Warn (`EulerStabilityWarning`, naming the rates and the step) when an Euler step
+    multiplies a decaying mode ``lambda`` (``Re lambda < 0``) by ``|1 + lambda h| > 1``.
+
+    `system` is a linear SDE (``A``) or a radial-tangential one (``mu_r``, ``mu_t``,
+    ``Omega``: the literal drift ``-mu_r I + Omega``, and ``-mu_t`` on the tangent plane in
+    the frozen frame); a mode with ``Re lambda >= 0`` is left to the instability warning.
+    """
+    h = float(np.max(np.asarray(steps, dtype=float), initial=0.0))
+    if hasattr(system, "A"):
+        A, names = np.asarray(system.A, dtype=float), "A"
+        lam = np.linalg.eigvals(A) if A.size else np.zeros(0)
+    elif hasattr(system, "mu_r") and hasattr(system, "Omega"):
+        omega = np.linalg.eigvals(np.asarray(system.Omega, dtype=float))
+        lam = np.concatenate([-system.mu_r + omega, -system.mu_t + omega])
+        names = "mu_r, mu_t"
+    else:
+        return
+    lam = lam[np.isfinite(lam) & (lam.real < 0)]
+    if not lam.size or not math.isfinite(h):
+        return
+    with np.errstate(over="ignore", invalid="ignore"):
+        factor = np.abs(1.0 + lam * h)
+        worst = float(np.max(factor))
+        limit = float(np.min(-2.0 * lam.real / np.abs(lam) ** 2))
+    if worst > 1.0 + 1e-12:
+        import warnings
+
+        warnings.warn(
+            f"Euler-Maruyama is unstable for these rates ({names}) at the step dt = {h:g}: a "
+            f"decaying mode is multiplied by |1 + lambda dt| = {worst:.4g} > 1 per step, so "
+            f"paths grow without bound; use method 'exact' or dt < {limit:.3g}",
+            EulerStabilityWarning,
+            stacklevel=3,
+        )
+
+
+def numeric_array(name: str, value: Any) -> np.ndarray:
+    """`value` as a float64 array (NaN and inf kept), or a TypeError naming `name`."""
+    try:
+        arr = np.asarray(value)
+    except Exception as exc:  # ragged input
+        raise TypeError(f"{name} must be array-like, got {type(value).__name__}") from exc
+    if (
+        arr.dtype == object
+        or not (np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.bool_))
+        or np.iscomplexobj(arr)
+    ):
+        raise TypeError(f"{name} must be a real numeric array, got dtype {arr.dtype}")
+    return arr.astype(np.float64, copy=False)
+
+
+def axis_index(name: str, value: Any, ndim: int) -> int:
+    """An integer axis of an `ndim`-dimensional array (negative counts from the end)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
+    if not -ndim <= value < ndim:
+        raise ValueError(f"{name} must be in [{-ndim}, {ndim - 1}], got {value}")
+    return int(value)

@@ -242,6 +242,8 @@ def a5_composition(
     train_length = _int("train_length", train_length, minimum=1)
     if isinstance(test_lengths, int | np.integer):
         test_lengths = (test_lengths,)
+    if not isinstance(test_lengths, Sequence) or isinstance(test_lengths, str):
+        raise TypeError(f"test_lengths must be a sequence of int, got {test_lengths!r}")
     lengths = tuple(_int("test_lengths", t, minimum=1) for t in test_lengths)
     if not lengths:
         raise ValueError("test_lengths must name at least one length, got none")

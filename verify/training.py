@@ -801,6 +801,17 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
     ]
     if missing:
         raise ValueError(f"{path} is not a training checkpoint: missing {', '.join(missing)}")
+    step, config = checkpoint["step"], checkpoint["config"]
+    if (
+        isinstance(step, bool)
+        or not isinstance(step, int)
+        or step < 0
+        or not isinstance(config, dict)
+    ):
+        raise ValueError(
+            f"{path} is not a training checkpoint: step {step!r} (an integer >= 0 expected), "
+            f"config of type {type(config).__name__} (a dict expected)"
+        )
     return checkpoint
 
 
@@ -848,12 +859,14 @@ def _truncate_metrics(path: Path, step: int) -> list[dict]:
     """Keep the metrics lines up to `step` (those after it are redone by the resumed run)."""
     lines = []
     if path.exists():
-        for raw in path.read_text().splitlines():
+        for raw in path.read_text(errors="replace").splitlines():
             try:
                 line = json.loads(raw)
             except json.JSONDecodeError:  # a line cut short by the interruption
                 continue
-            if line.get("step", math.inf) <= step:
+            if not isinstance(line, dict) or not isinstance(line.get("step"), (int, float)):
+                continue  # not a metrics record (a damaged file): dropped like a cut line
+            if line["step"] <= step:
                 lines.append(line)
     text = "".join(json.dumps(line) + "\n" for line in lines).encode()
     atomic_write(path, lambda fh: fh.write(text), overwrite=True)

@@ -18,6 +18,7 @@ import math
 import torch
 from torch import nn
 
+from kernels._validation import check_tensor
 from kernels.ops.common import complex_pairs
 
 
@@ -47,7 +48,7 @@ class ComplexLinear(nn.Module):
     ):
         super().__init__()
         for name, size in (("in_features", in_features), ("out_features", out_features)):
-            if not isinstance(size, int) or size < 1:
+            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
                 raise ValueError(f"{name} must be a positive integer, found {size!r}")
         self.in_features = in_features
         self.out_features = out_features
@@ -106,6 +107,7 @@ class ComplexLinear(nn.Module):
                 self.bias_imag.copy_(bias.imag)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_tensor("x", x)
         if x.shape[-1] != 2 * self.in_features:
             raise ValueError(
                 f"x must have last size 2 * in_features = {2 * self.in_features}, "

@@ -32,7 +32,13 @@ import math
 import torch
 from torch import nn
 
-from kernels._validation import check_input, check_times
+from kernels._validation import (
+    check_decay_factor,
+    check_input,
+    check_positive,
+    check_state,
+    check_times,
+)
 from kernels.backend import BACKENDS
 from kernels.layers.parameters import inverse_softplus, seeded_linear
 from kernels.ops.kla import (
@@ -130,9 +136,11 @@ class KalmanLinearAttention(nn.Module):
             dt = dt * gaps[..., None, None]
         if self.raw_diffusion is None:
             a_bar = torch.exp(-a * dt)
-            return a_bar, torch.zeros_like(a_bar)
+            return check_decay_factor(a_bar, "t (or gap)"), torch.zeros_like(a_bar)
         p = nn.functional.softplus(self.raw_diffusion)
-        return ou_prior(a, p, dt, convention=self.p_convention)
+        a_bar, p_bar = ou_prior(a, p, dt, convention=self.p_convention)
+        # a gap so long that e^(-a dt) underflows forgets the past, as a tiny a_bar does
+        return a_bar.clamp_min(torch.finfo(a_bar.dtype).tiny), p_bar
 
     def _tokens(self, x: torch.Tensor):
         """Keys, queries (..., N, 1), values and value precisions (..., 1, E) of tokens x."""
@@ -195,10 +203,10 @@ class KalmanLinearAttention(nn.Module):
         if x_t.ndim != 2 or x_t.shape[-1] != self.embed_dim:
             raise ValueError(f"x_t must have shape (B, {self.embed_dim}), found {tuple(x_t.shape)}")
         self._check(x_t, "x_t")
-        if not gap > 0:
-            raise ValueError(f"gap must be > 0, found {gap!r}")
+        check_positive("gap", gap)
         if state is None:
             state = self.initial_state(x_t.shape[0], like=x_t)
+        check_state("state", state, KLAState)
         expected = (x_t.shape[0], self.num_slots, self.embed_dim)
         if tuple(state.lam.shape) != expected or tuple(state.eta.shape) != expected:
             raise ValueError(

@@ -144,7 +144,7 @@ class RobustFilterAttention(nn.Module):
             )
         if not variance_floor >= 0:
             raise ValueError(f"variance_floor must be >= 0, found {variance_floor!r}")
-        if not temperature > 0:
+        if not _validation.check_real("temperature", temperature) > 0:
             raise ValueError(f"temperature must be > 0, found {temperature!r}")
         self.embed_dim = embed_dim
         self.num_heads = num_heads

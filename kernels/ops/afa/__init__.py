@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import torch
 
+from kernels._validation import overflow_warning
 from kernels.backend import tile_supported, use_triton
 from kernels.ops.afa import isotropic as _isotropic
 from kernels.ops.afa import separable as _separable
@@ -61,6 +62,7 @@ def _objects(dynamics, robust, **keywords) -> tuple[Dynamics, Robust]:
     )
 
 
+@overflow_warning
 def tensor_afa(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -152,6 +154,7 @@ def tensor_afa(
     )
 
 
+@overflow_warning
 def isotropic_afa(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -292,6 +295,7 @@ def isotropic_afa(
     )
 
 
+@overflow_warning
 def separable_afa(
     q: torch.Tensor,
     k: torch.Tensor,

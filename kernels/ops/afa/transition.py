@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import torch
 
+from kernels._validation import overflow_warning
 from kernels.ops.afa import params
 from kernels.ops.common.params import NOT_GIVEN, Dynamics
 from kernels.ops.common.rotation import Rotation
 
 
+@overflow_warning
 def predict(
     estimate: torch.Tensor,
     *,
@@ -51,6 +53,8 @@ def predict(
     if not isinstance(estimate, torch.Tensor) or estimate.ndim != 4:
         found = tuple(estimate.shape) if isinstance(estimate, torch.Tensor) else type(estimate)
         raise ValueError(f"estimate must be a (B, H, T, D) tensor, found {found}")
+    if not estimate.is_floating_point():  # complex states travel as real pairs [re | im]
+        raise TypeError(f"estimate must be a real floating tensor, found dtype {estimate.dtype}")
     _, heads, steps, dim = estimate.shape
     rotate = dynamics.frequencies is not None
     if rotate and dim % 2:
@@ -58,7 +62,9 @@ def predict(
             f"estimate feature size D must be even when frequencies are given, found {dim}"
         )
     width = dim // 2 if rotate else dim
-    a = params.per_head("decay", dynamics.decay, heads, width, estimate)[None, :, None, :]
+    a = params.per_head("decay", dynamics.decay, heads, width, estimate)
+    params.check_values("decay", a, positive=False)
+    a = a[None, :, None, :]
     if isinstance(step, torch.Tensor) and step.ndim > 0:
         if step.shape[-1] != steps or step.ndim > 2:
             raise ValueError(

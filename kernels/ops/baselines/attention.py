@@ -55,6 +55,7 @@ def _attend(q, k, v, *, scale, causal, return_weights, bias=None, post=None) -> 
     return AttentionOutput(weights @ v, weights if return_weights else None)
 
 
+@_validation.overflow_warning
 def softmax_attention(
     q, k, v, *, scale=None, causal: bool = True, return_weights: bool = False
 ) -> AttentionOutput:
@@ -68,6 +69,7 @@ def softmax_attention(
     )
 
 
+@_validation.overflow_warning
 def rope_attention(
     q,
     k,
@@ -96,6 +98,7 @@ def rope_attention(
     )
 
 
+@_validation.overflow_warning
 def alibi_attention(
     q,
     k,
@@ -124,6 +127,7 @@ def alibi_attention(
     )
 
 
+@_validation.overflow_warning
 def decayed_rope_attention(
     q,
     k,

@@ -17,6 +17,8 @@ from typing import NamedTuple
 
 import torch
 
+from kernels._validation import check_real
+
 # Share of heads given zero decay by the spectral coupling when `zero_decay_heads` is not given:
 # 2 of 8 in seed 004 D.2 (the public code's ``zero_frac = 0.25``).
 _ZERO_DECAY_FRACTION = 0.25
@@ -30,7 +32,7 @@ def rope_frequencies(
     For a head of ``D = 2n`` real features this is the usual ``theta_k = base^(-2k/D)``.
     """
     _check_count("num_frequencies", num_frequencies)
-    if not base > 1:
+    if not check_real("base", base) > 1:
         raise ValueError(f"base must be > 1, found {base!r}")
     k = torch.arange(num_frequencies, dtype=torch.float64, device=device)
     return (base ** (-k / num_frequencies)).to(dtype or torch.get_default_dtype())

@@ -50,6 +50,7 @@ The op folder (the house plan of ``kernels/ops``):
 
 from __future__ import annotations
 
+from kernels._validation import overflow_warning
 from kernels.backend import use_triton
 from kernels.ops.kla.loss import mc_marginal_nll
 from kernels.ops.kla.naive import naive_kla
@@ -85,6 +86,7 @@ __all__ = [
 ]
 
 
+@overflow_warning
 def kla_scan(
     k,
     value_precision,

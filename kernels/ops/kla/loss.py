@@ -12,6 +12,8 @@ from collections.abc import Callable
 
 import torch
 
+from kernels._validation import check_class_indices, check_nll_args
+
 
 def mc_marginal_nll(
     mean: torch.Tensor,
@@ -43,6 +45,7 @@ def mc_marginal_nll(
         raise ValueError(f"num_samples must be a positive integer, found {num_samples!r}")
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"reduction must be 'mean', 'sum' or 'none', found {reduction!r}")
+    check_nll_args(mean, variance, target)
     if mean.shape != variance.shape:
         raise ValueError(
             f"mean and variance must share a shape, found {tuple(mean.shape)}, "
@@ -57,6 +60,7 @@ def mc_marginal_nll(
     )
     samples = mean + variance.clamp_min(0.0).sqrt() * eps  # clamp: rounding may give -0 variance
     log_probs = torch.log_softmax(decoder(samples), dim=-1)
+    check_class_indices("target", target, log_probs.shape[-1])
     index = target.unsqueeze(0).expand(num_samples, *target.shape).unsqueeze(-1)
     log_lik = log_probs.gather(-1, index).squeeze(-1)
     nll = -(torch.logsumexp(log_lik, dim=0) - math.log(num_samples))

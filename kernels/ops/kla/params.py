@@ -17,6 +17,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from kernels._validation import as_parameter, check_finite
 from kernels.ops.common.lags import relaxation
 
 SCAN_METHODS = ("parallel", "hillis-steele", "sequential")
@@ -78,7 +79,9 @@ def ou_prior(a, p, dt, *, convention: str = "paper") -> tuple[torch.Tensor, torc
     if like is None or not like.is_floating_point():
         raise TypeError("at least one of a, p, dt must be a floating torch.Tensor (sets dtype)")
     a, p, dt = (torch.as_tensor(x, dtype=like.dtype, device=like.device) for x in (a, p, dt))
-    if (a < 0).any() or (dt < 0).any():
+    for name, x in (("a", a), ("p", p), ("dt", dt)):
+        check_finite(name, x)
+    if not ((a >= 0).all() and (dt >= 0).all()):
         raise ValueError("a and dt must be >= 0 (decay rate and step of the OU prior)")
     scale = p * p if convention == "paper" else p
     if convention == "code" and (p < 0).any():
@@ -105,6 +108,7 @@ def real_tensor(name: str, x, like: torch.Tensor | None = None) -> torch.Tensor:
     if not isinstance(x, torch.Tensor):  # Python numbers and arrays: straight to like's dtype
         if np.iscomplexobj(x):  # the cast would fail with no word of which argument
             raise TypeError(f"{name} must be real, found a complex value")
+        x = as_parameter(name, x, like) if isinstance(x, (str, type(None))) else x
         x = torch.as_tensor(x, dtype=like.dtype, device=like.device)
     if x.is_complex() or not (x.is_floating_point() or x.dtype in (torch.int64, torch.int32)):
         raise TypeError(f"{name} must be real, found dtype {x.dtype}")

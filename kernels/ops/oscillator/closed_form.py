@@ -76,7 +76,7 @@ import math
 
 import torch
 
-from kernels._validation import check_qkv, check_times
+from kernels._validation import check_qkv, check_times, overflow_warning
 from kernels.ops.oscillator.params import OscillatorParams, check_params
 from kernels.ops.oscillator.propagator import propagator
 from kernels.ops.oscillator.query import fit_query, query_at
@@ -140,6 +140,7 @@ def _box(lam, lag):
 # --- logits and values ---------------------------------------------------------------------------
 
 
+@overflow_warning
 def oscillator_logits(
     q, k, t=None, *, params: OscillatorParams, freqs, ridge=1e-3, causal_fit=True
 ):
@@ -225,6 +226,7 @@ def oscillator_values(v, t=None, *, params: OscillatorParams, readout: str = "av
     return torch.where(causal.unsqueeze(-1), out, torch.zeros_like(out))
 
 
+@overflow_warning
 def oscillator_attention(
     q,
     k,

@@ -14,6 +14,8 @@ from typing import NamedTuple
 
 import torch
 
+from kernels._validation import check_tensor
+
 
 class OscillatorParams(NamedTuple):
     """Per-head, per-channel oscillator parameters (seed 002 section 6-7).
@@ -36,6 +38,8 @@ class OscillatorParams(NamedTuple):
 def check_params(p: OscillatorParams, heads: int, dim: int, name: str) -> None:
     """ValueError naming ``name.field`` unless ``p`` fits ``heads`` heads of ``dim`` channels,
     ``omega > 0`` and ``gamma >= 0``."""
+    for field in OscillatorParams._fields:
+        check_tensor(f"{name}.{field}", getattr(p, field))
     expected = {
         "omega": (heads, dim),
         "gamma": (heads, dim),

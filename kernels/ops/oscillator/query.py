@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from kernels._validation import check_query_fit, check_real
+
 
 def _design(t: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
     """``Phi = [cos(omega_m t) | sin(omega_m t)]``: ``(Bt, 1, T) -> (Bt, 1, T, 2J)``."""
@@ -33,8 +35,9 @@ def fit_query(q, t, freqs, *, ridge: float = 1e-3, causal: bool = True):
     -------
     ``(A, B)``, each ``(B, H, T, J, D)`` (``T`` copies of one fit when ``causal=False``).
     """
-    if not ridge > 0:
+    if not check_real("ridge", ridge) > 0:
         raise ValueError(f"ridge must be > 0, found {ridge!r}")
+    t = check_query_fit(q, t, freqs)
     n_modes = freqs.shape[0]
     phi = _design(t, freqs)  # (Bt, 1, T, 2J)
     gram = phi.unsqueeze(-1) * phi.unsqueeze(-2)  # (Bt, 1, T, 2J, 2J)

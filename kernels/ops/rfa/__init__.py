@@ -73,6 +73,7 @@ from __future__ import annotations
 
 import torch
 
+from kernels._validation import overflow_warning
 from kernels.backend import tile_supported, use_triton
 from kernels.ops.common.attention import AttentionOutput
 from kernels.ops.common.params import NOT_GIVEN, Dynamics, Robust
@@ -81,6 +82,7 @@ from kernels.ops.rfa.params import DYNAMICS_DEFAULTS, WEIGHT_KERNELS
 from kernels.ops.rfa.precision import LagKernel, lag_variance, rfa_lag_kernel
 
 
+@overflow_warning
 def rfa_attention(
     q: torch.Tensor,
     k: torch.Tensor,

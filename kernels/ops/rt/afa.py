@@ -82,7 +82,7 @@ from typing import NamedTuple
 
 import torch
 
-from kernels._validation import check_qkv, check_times
+from kernels._validation import check_qkv, check_times, overflow_warning
 from kernels.ops.common.lags import isotropic_variance
 from kernels.ops.common.rotation import Rotation
 from kernels.ops.rt import params
@@ -186,6 +186,7 @@ def _kernels(lag, hidden, a, process_var, measurement_var, log_nu, *, causal: bo
     )
 
 
+@overflow_warning
 def rt_afa(
     q: torch.Tensor,
     k: torch.Tensor,

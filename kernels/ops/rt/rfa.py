@@ -77,7 +77,7 @@ from typing import NamedTuple
 
 import torch
 
-from kernels._validation import check_qkv, check_times
+from kernels._validation import check_qkv, check_times, overflow_warning
 from kernels.ops.common import complex_pairs
 from kernels.ops.common.lags import isotropic_variance
 from kernels.ops.common.rotation import Rotation
@@ -111,6 +111,7 @@ def student_exponent(nu: float | torch.Tensor, dim: int) -> float | torch.Tensor
     return (nu + n) / n
 
 
+@overflow_warning
 def rt_rfa(
     q: torch.Tensor,
     k: torch.Tensor,

@@ -73,6 +73,7 @@ from __future__ import annotations
 
 import torch
 
+from kernels._validation import overflow_warning
 from kernels.ops.common.params import NOT_GIVEN, Dynamics, Robust
 from kernels.ops.unrolled import loop as _loop
 from kernels.ops.unrolled import params as _params
@@ -80,6 +81,7 @@ from kernels.ops.unrolled.chunked import CHUNK, kalman_attention
 from kernels.ops.unrolled.params import METHODS, WEIGHTS, UnrolledAFAResult
 
 
+@overflow_warning
 def unrolled_afa(
     values: torch.Tensor,
     *,

@@ -35,6 +35,7 @@ import math
 
 import torch
 
+from kernels._validation import check_kalman_attention, overflow_warning
 from kernels.ops.common import complex_pairs
 from kernels.ops.common.lags import isotropic_variance, relaxation
 from kernels.ops.kla.scan import mobius_combine, prefix_scan
@@ -43,6 +44,7 @@ from kernels.ops.kla.scan import mobius_combine, prefix_scan
 CHUNK = 256
 
 
+@overflow_warning
 def kalman_attention(
     values: torch.Tensor,
     times: torch.Tensor,
@@ -71,6 +73,10 @@ def kalman_attention(
     :class:`~kernels.ops.unrolled.UnrolledAFAResult` before inversion (``B'`` is 1
     when the times are shared and no prior variance is given per sequence).
     """
+    check_kalman_attention(values, times, decay=decay, frequencies=frequencies,
+                           process_var=process_var, measurement_var=measurement_var,
+                           gain_scale=gain_scale, prior_mean=prior_mean,
+                           prior_variance=prior_variance)  # fmt: skip
     steps = values.shape[2]
     pieces = []
     mean, variance = prior_mean, prior_variance

@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import torch
 
-from kernels._validation import check_times
+from kernels._validation import as_parameter, check_data, check_finite, check_times
 from kernels.ops.common.params import Dynamics, Robust
 
 WEIGHTS = ("rational", "student-t")
@@ -96,11 +96,11 @@ def prepare(
     a = _per_head("decay", dynamics.decay, heads, values, low=0.0, strict=False)
     q = _per_head("process_var", dynamics.process_var, heads, values, low=0.0, strict=False)
     r = _per_head("measurement_var", dynamics.measurement_var, heads, values, low=0.0, strict=True)
-    nu = _per_head("nu", robust.nu, heads, values, low=0.0, strict=True)
+    nu = _per_head("nu", robust.nu, heads, values, low=0.0, strict=True, inf=True)
     tau = _per_head("temperature", robust.temperature, heads, values, low=0.0, strict=True)
     plain = _is_one(damping)
     delta = _per_head("damping", damping, heads, values, low=0.0, strict=True, high=1.0)
-    omega = torch.as_tensor(dynamics.frequencies, dtype=values.dtype, device=values.device)
+    omega = check_finite("frequencies", as_parameter("frequencies", dynamics.frequencies, values))
     if omega.shape not in ((n,), (heads, n)):
         raise ValueError(
             f"frequencies must have shape ({heads}, {n}) or ({n},) (one per complex feature, "
@@ -118,7 +118,7 @@ def prepare(
     )  # fmt: skip
 
 
-def _per_head(name, value, heads: int, like: torch.Tensor, *, low, strict, high=None):
+def _per_head(name, value, heads: int, like: torch.Tensor, *, low, strict, high=None, inf=False):
     """A scalar or ``(H,)`` parameter as an ``(H,)`` tensor, range checked (NaN rejected)."""
     if isinstance(value, bool) or not isinstance(value, (int, float, torch.Tensor)):
         raise TypeError(f"{name} must be a float or a tensor of shape ({heads},), found {value!r}")
@@ -130,6 +130,8 @@ def _per_head(name, value, heads: int, like: torch.Tensor, *, low, strict, high=
         )
     detached = value.detach()
     bad = torch.isnan(detached) | (detached <= low if strict else detached < low)
+    if not inf:  # only nu may be infinite (the Gaussian limit)
+        bad = bad | torch.isinf(detached)
     if high is not None:
         bad = bad | (detached > high)
     if bad.any():
@@ -149,20 +151,7 @@ def _is_one(damping) -> bool:
 
 
 def _check_values(values) -> tuple[int, int, int, int]:
-    if not isinstance(values, torch.Tensor):
-        raise TypeError(f"values must be a torch.Tensor, found {type(values).__name__}")
-    if values.ndim != 4:
-        raise ValueError(f"values must have shape (B, H, T, D), found {tuple(values.shape)}")
-    if not values.is_floating_point():
-        raise TypeError(f"values must be a floating tensor, found dtype {values.dtype}")
-    batch, heads, steps, dim = values.shape
-    if dim % 2:
-        raise ValueError(
-            f"values feature size D must be even (real and imaginary halves), found {dim}"
-        )
-    if steps < 1:
-        raise ValueError("values must hold at least one time step (T >= 1), found T = 0")
-    return batch, heads, steps, dim
+    return check_data("values", values, even=True)
 
 
 def _prior(prior_mean, prior_variance, values: torch.Tensor):
