@@ -99,12 +99,15 @@ def isotropic_afa(
 
 
 def _phase(positions, frequencies) -> Rotation | None:
-    """``e^{i w_k t_i}``: ``(Bt, 1, T)`` positions, ``(H, n)`` frequencies -> ``(Bt, H, T, 2n)``."""
+    """``e^{i w_k t_i}``, ``t`` measured from the sequence's first stamp (`params.positions`).
+
+    ``(Bt, 1, T)`` positions, ``(H, n)`` frequencies -> ``(Bt, H, T, 2n)`` factors.
+    """
     return None if frequencies is None else Rotation.at(positions, frequencies)
 
 
 def _unrotate(x, phase: Rotation | None):
-    """``e^{-i w t} x`` (into the frame of ``t = 0``); identity without a phase."""
+    """``e^{-i w t} x`` (into the rotating frame); identity without a phase."""
     return x if phase is None else phase.apply(x, sign=-1)
 
 

@@ -23,6 +23,7 @@ import torch
 from kernels._validation import check_qkv, check_times
 from kernels.ops.common import complex_pairs
 from kernels.ops.common.params import Dynamics, Robust
+from kernels.ops.common.rotation import from_origin
 
 PRECISIONS = ("exact", "separable")
 
@@ -211,9 +212,9 @@ def _widths(q, k, v, dynamics: Dynamics):
 
 
 def relative_times(t, steps: int, like) -> torch.Tensor:
-    """``t - t_0`` as ``(B or 1, 1, T)``: lags and rotations do not depend on the origin."""
-    times = check_times(t, steps, like=like)
-    return times - times[..., :1]
+    """``t - t_0`` as ``(B or 1, 1, T)``: lags and rotations do not depend on the origin
+    (`kernels.ops.common.rotation.from_origin`)."""
+    return from_origin(check_times(t, steps, like=like))
 
 
 def positions(t, steps: int, like) -> torch.Tensor:

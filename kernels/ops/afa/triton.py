@@ -4,8 +4,9 @@ The packer: AFA's prepared arguments (`kernels.ops.afa.params`, nothing else of 
 become the kernel's per-head `Coefficients` (``a = decay``, ``sigma^2``, ``eta^2``, gate scale
 ``1 / nu``, exponent = temperature, prior scale 1, no anchor variance: the AFA lag convention
 with signed lags and the backward variance of seed 000 A.3), the inputs are rotated into the
-frame of ``t = 0`` by the one rotation, the kernel runs, and the output is rotated back. It
-equals the torch form `kernels.ops.afa.isotropic` to the tolerances of `kernels.tolerances`.
+frame of each sequence's first stamp by the one rotation (`from_origin`), the kernel
+runs, and the output is rotated back. It equals the torch form `kernels.ops.afa.isotropic` to
+the tolerances of `kernels.tolerances`.
 Parameters and rotations are evaluated in float32 for every input dtype.
 
 Supported: one set of dynamics for queries, keys and values, with or without frequencies,

@@ -26,8 +26,10 @@ tau_E = |tau|``, ``b = 0``, ``gamma^2`` the anchor variance, ``bs = tau_s`` (its
 tau_s / d`` at ``nu = inf``. ``P E`` and ``P E^2`` are evaluated as ``exp(log P + log E)`` and
 ``exp(log P + 2 log E)``, so the backward growth ``e^{2 a |tau|}`` of a non-causal AFA key cancels
 in the exponent instead of overflowing. ``q~ = e^{-i w t} q`` (and ``k~``, ``v~``) are rotated
-into the frame of ``t = 0`` before the kernel (in float32, one elementwise pass) and the output is
-rotated back by ``e^{+i w t_i}`` after it, by the one rotation the torch forms use
+into the frame of each sequence's first stamp (`kernels.ops.common.rotation.from_origin`:
+relative phases are unchanged, absolute ones stay small) before the kernel (in float32, one
+elementwise pass) and the output is rotated back by ``e^{+i w t_i}`` after it, by the one
+rotation the torch forms use
 (`kernels.ops.common.rotation`).
 
 Online softmax with the decay after normalisation. The weights are ``A = softmax_j(L)`` and the
@@ -579,10 +581,18 @@ def _launch_options(q, v, block, family, penalty, causal):
 
 
 class _FilteringAttention(torch.autograd.Function):
-    """``(q~, k~, v~, times, coef) -> out`` (float32), the rotated-frame core of both layers."""
+    """``(q~, k~, v~, times, coef) -> out`` (float32), the rotated-frame core of both layers.
+
+    ``q~, k~, v~`` arrive in float32 and are cast to the kernel's ``dtype`` here, so their
+    gradients leave in float32, straight from the kernel's float32 accumulators: a cast outside
+    would round them to ``dtype`` first, and the frequency gradient, formed from them weighted by
+    the time stamps with much cancellation between queries, keys and values, would inherit that
+    rounding magnified.
+    """
 
     @staticmethod
-    def forward(ctx, q, k, v, times, coef, family, penalty, causal, block):
+    def forward(ctx, q, k, v, times, coef, family, penalty, causal, block, dtype):
+        q, k, v = (x.to(dtype).contiguous() for x in (q, k, v))
         batch, heads, steps, dim = q.shape
         vdim = v.shape[-1]
         out = torch.empty(batch, heads, steps, vdim, dtype=torch.float32, device=q.device)
@@ -620,7 +630,7 @@ class _FilteringAttention(torch.autograd.Function):
         )
         _backward_queries_kernel[grid](q, k, v, do, times, coef, lse, delta, dq, *args, **options)
         dcoef = partial.sum(dim=(0, 2))
-        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, dcoef, None, None, None, None
+        return dq, dk, dv, None, dcoef, None, None, None, None, None
 
 
 def attend(
@@ -628,15 +638,16 @@ def attend(
 ):
     """Run the kernel on rotated float32 operands cast to the input ``dtype``.
 
-    ``q_t, k_t (B, H, T, D)``, ``v_t (B, H, T, Dv)`` in the frame of ``t = 0``; ``times`` the
-    lags' clock ``(Bt, 1, T)``; ``family`` `AFA` or `RFA`; ``penalty`` one of ``PENALTY_*``;
-    ``block_size`` the tile (`kernels.backend.tile`). Returns ``(B, H, T, Dv)`` float32.
+    ``q_t, k_t (B, H, T, D)``, ``v_t (B, H, T, Dv)`` in the rotating frame
+    (`from_origin`); ``times`` the lags' clock ``(Bt, 1, T)``; ``family`` `AFA` or
+    `RFA`; ``penalty`` one of ``PENALTY_*``; ``block_size`` the tile
+    (`kernels.backend.tile`). Returns ``(B, H, T, Dv)`` float32.
     """
     if dtype not in KERNEL_DTYPES:
         raise TypeError(f"q, k, v must be one of {KERNEL_DTYPES} for the kernel, found {dtype}")
-    q_t, k_t, v_t = (x.to(dtype).contiguous() for x in (q_t, k_t, v_t))
+    q_t, k_t, v_t = (x.float() for x in (q_t, k_t, v_t))
     times = times.reshape(-1, times.shape[-1]).to(torch.float32).contiguous()
     coef = coefficients.pack(q_t.shape[1], q_t.device).contiguous()
     return _FilteringAttention.apply(
-        q_t, k_t, v_t, times, coef, family, penalty, causal, tile(block_size)
+        q_t, k_t, v_t, times, coef, family, penalty, causal, tile(block_size), dtype
     )

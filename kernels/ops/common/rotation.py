@@ -16,7 +16,10 @@ and `Rotation.apply` multiplies by ``e^{sign i theta}`` (times ``r``) in one fus
 unrolled filter (seed 000 B.2). `Rotation.at` builds the factors ``omega_k t_i`` from real time
 stamps: ``t (Bt, 1, T)`` and ``omega (H, n)`` give ``(Bt, H, T, 2n)`` tensors (the angles are
 formed from the given stamps, no offset is added, so a time shift changes every angle by
-``omega c`` and relative phases are exact up to rounding of ``omega t``).
+``omega c`` and relative phases are exact up to rounding of ``omega t``). Attention, which
+pairs a rotation at ``t_i`` with the inverse one at ``t_j`` only, first measures the stamps
+from each sequence's first stamp (`from_origin`): the shift cancels exactly, and the angles
+stay as small as the sequence's span allows.
 
 Shapes: ``x (..., 2n)``; ``cos2, sin2`` broadcast against it.
 """
@@ -59,3 +62,21 @@ class Rotation(NamedTuple):
     def rows(self, index) -> Rotation:
         """The factors of rows ``index`` (a slice of the time axis, the second to last)."""
         return Rotation(self.cos2[..., index, :], self.sin2[..., index, :])
+
+
+def from_origin(times: torch.Tensor) -> torch.Tensor:
+    """Each sequence's stamps measured from its first one: ``times - times[..., :1]``.
+
+    ``times (Bt, 1, T)`` -> ``(Bt, 1, T)``.
+
+    For computations that depend on lags ``t_i - t_j`` alone (attention: a rotation at ``t_i``
+    paired with the inverse one at ``t_j``, decays of lags): the lags are unchanged, while the
+    stamps, the angles ``omega t`` built from them and the float32 lags formed in the kernels
+    stay within the span of the sequence instead of growing with ``max|t|`` (stamps near
+    ``10^4`` lose ~1e-3 to float32 rounding). The origin is taken without gradient, so
+    gradients with respect to ``times`` are unchanged. (The first stamp, not the centre: on an
+    H200 at T = 1024 the centre made the bfloat16 frequency gradient of non-causal AFA ten
+    times worse and RFA's 2x better; BENCHMARKS.md, "Fused Triton kernels".) AFA's clock
+    (`kernels.ops.afa.params.positions`) and RFA's both come through here.
+    """
+    return times - times.detach()[..., :1]

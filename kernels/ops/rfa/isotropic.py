@@ -30,7 +30,7 @@ import torch
 from kernels.ops.common import complex_pairs
 from kernels.ops.common.attention import AttentionOutput, future_keys
 from kernels.ops.common.params import Dynamics, Robust
-from kernels.ops.common.rotation import Rotation
+from kernels.ops.common.rotation import Rotation, from_origin
 from kernels.ops.rfa import params
 from kernels.ops.rfa.params import Config
 from kernels.ops.rfa.precision import lag_variance
@@ -79,7 +79,8 @@ def rfa_attention(
         rotate_values=rotate_values,
         like=q,
     )
-    batch, heads, steps, times, cfg = p.batch, p.heads, p.steps, p.times, p.config
+    batch, heads, steps, cfg = p.batch, p.heads, p.steps, p.config
+    times = from_origin(p.times)
     if block_size is None:
         low, high = _BLOCK_ROWS
         block_size = max(low, min(high, _BLOCK_ELEMENTS // (batch * heads * steps)))

@@ -21,7 +21,7 @@ import torch
 
 from kernels.ops.common import fused_filtering as fused
 from kernels.ops.common.params import NOT_GIVEN, Dynamics, Robust
-from kernels.ops.common.rotation import Rotation
+from kernels.ops.common.rotation import Rotation, from_origin
 from kernels.ops.rfa import params
 
 
@@ -76,7 +76,8 @@ def rfa_attention_triton(
         like=ref,
     )
     cfg = p.config
-    rotation = Rotation.at(p.times, p.frequencies)
+    stamps = from_origin(p.times)
+    rotation = Rotation.at(stamps, p.frequencies)
     q_t, k_t, v_t = (rotation.apply(x.float(), sign=-1) for x in (q, k, v))
     coefficients = fused.Coefficients(
         decay=cfg.decay,
@@ -91,7 +92,7 @@ def rfa_attention_triton(
         q_t,
         k_t,
         v_t,
-        p.times,
+        stamps,
         coefficients,
         family=fused.RFA,
         penalty=fused.PENALTY_LOG if cfg.penalty == "log" else fused.PENALTY_LINEAR,
