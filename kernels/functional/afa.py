@@ -60,7 +60,7 @@ from typing import NamedTuple
 
 import torch
 
-from kernels._validation import check_qkv, check_times, overflow_warning
+from kernels._validation import check_data, check_qkv, check_times, overflow_warning
 from kernels.backend import use_triton
 from kernels.functional import complex_pairs
 from kernels.functional.lags import lags, relaxation
@@ -1001,6 +1001,7 @@ def predict(estimate: torch.Tensor, *, decay, frequencies=None, step=1.0, bias=N
     if not isinstance(estimate, torch.Tensor) or estimate.ndim != 4:
         found = tuple(estimate.shape) if isinstance(estimate, torch.Tensor) else type(estimate)
         raise ValueError(f"estimate must be a (B, H, T, D) tensor, found {found}")
+    check_data("estimate", estimate)
     _, heads, steps, dim = estimate.shape
     rotate = frequencies is not None
     if rotate and dim % 2:

@@ -75,9 +75,10 @@ from typing import NamedTuple
 import torch
 
 from kernels._validation import (
+    check_finite,
+    check_positive,
     check_qkv,
     check_query_fit,
-    check_real,
     check_tensor,
     check_times,
     overflow_warning,
@@ -203,8 +204,7 @@ def fit_query(q, t, freqs, *, ridge: float = 1e-3, causal: bool = True):
     -------
     ``(A, B)``, each ``(B, H, T, J, D)`` (``T`` copies of one fit when ``causal=False``).
     """
-    if not check_real("ridge", ridge) > 0:
-        raise ValueError(f"ridge must be > 0, found {ridge!r}")
+    check_positive("ridge", ridge)
     t = check_query_fit(q, t, freqs)
     n_modes = freqs.shape[0]
     phi = _design(t, freqs)  # (Bt, 1, T, 2J)
@@ -237,6 +237,7 @@ def query_at(coef_cos, coef_sin, freqs, times) -> torch.Tensor:
 def _check_params(p: OscillatorParams, heads: int, dim: int, name: str) -> None:
     for field in OscillatorParams._fields:
         check_tensor(f"{name}.{field}", getattr(p, field))
+        check_finite(f"{name}.{field}", getattr(p, field))
     expected = {
         "omega": (heads, dim),
         "gamma": (heads, dim),
