@@ -75,7 +75,7 @@ def simulate_euler(
     (P, K+1, d) array in the noise's dtype.
     """
     grid = noise.grid
-    x0 = np.asarray(x0, dtype=noise.dtype)
+    x0 = validation.numeric_array("x0", x0).astype(noise.dtype)
     _check_batch(system, x0, noise)
     validation.euler_stability(system, grid.steps)
     if isinstance(system, LinearSDE):
