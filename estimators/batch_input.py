@@ -72,7 +72,10 @@ class Measurements(NamedTuple):
 
 def measurements(z, mask, k: int) -> Measurements:
     """Check ``z`` (B, T, k) or (T, k) and ``mask``; NaN/inf only where ``mask`` is False."""
-    z = np.asarray(z)
+    try:
+        z = np.asarray(z)
+    except (TypeError, ValueError):  # ragged nested lists
+        raise TypeError(f"z must be a (B, T, k) or (T, k) array, got {type(z).__name__}") from None
     if z.dtype == object or not (
         np.issubdtype(z.dtype, np.floating) or np.issubdtype(z.dtype, np.integer)
     ):
@@ -104,7 +107,10 @@ def measurements(z, mask, k: int) -> Measurements:
 def _observed(mask, B: int, T: int, squeeze: bool) -> np.ndarray:
     if mask is None:
         return np.ones((B, T), dtype=bool)
-    observed = np.asarray(mask)
+    try:
+        observed = np.asarray(mask)
+    except (TypeError, ValueError):  # ragged nested lists
+        raise TypeError(f"mask must be a boolean array, got {type(mask).__name__}") from None
     if observed.dtype != bool:
         raise TypeError(f"mask must be boolean (True = observed), got dtype {observed.dtype}")
     if observed.shape == (T,):

@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from estimators import batch_input
 from sde_sim import LinearMeasurement, LinearSDE, linear_transition, validation
 
 
@@ -94,9 +95,10 @@ def dense_filter_smoother(sde, measurement, z, t, prior_mean, prior_cov, observe
     Returns ``(filtered_means (T, d), filtered_covs (T, d, d), smoothed_means, smoothed_covs,
     log_likelihood)``; the filter at step k conditions on the observed measurements 0..k.
     """
-    z = np.asarray(z, dtype=float)
+    checked = batch_input.measurements(z, observed, measurement.out_dim)  # names z, observed
+    z, observed = checked.z[0], checked.observed[0]
+    batch_input.times(t, 1, z.shape[0])  # t (T,), as long as z
     T, d = z.shape[0], sde.dim
-    observed = np.ones(T, dtype=bool) if observed is None else np.asarray(observed, dtype=bool)
     joint = joint_gaussian(sde, measurement, t, prior_mean, prior_cov)
     f_means, f_covs = np.empty((T, d)), np.empty((T, d, d))
     for step in range(T):

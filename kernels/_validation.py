@@ -275,16 +275,17 @@ def check_kalman_attention(
             )
 
 
-def _output(result):
-    """The main output tensor of an attention function's result."""
+def _outputs(result) -> list:
+    """The output tensors of an attention function's result: its ``output`` field, the result
+    itself, or every tensor of a plain tuple (``(a_bar, p_bar)``, ``(output, variance, ...)``)."""
     if isinstance(result, torch.Tensor):
-        return result
+        return [result]
     output = getattr(result, "output", None)
     if isinstance(output, torch.Tensor):
-        return output
-    if isinstance(result, tuple) and result and isinstance(result[0], torch.Tensor):
-        return result[0]
-    return None
+        return [output]
+    if isinstance(result, tuple) and not hasattr(result, "_fields"):
+        return [x for x in result if isinstance(x, torch.Tensor)]
+    return []
 
 
 def _floats(value):
@@ -319,20 +320,24 @@ def overflow_warning(function):
     @functools.wraps(function)
     def checked(*args, **kwargs):
         result = function(*args, **kwargs)
-        output = _output(result)
-        if output is None or torch.compiler.is_compiling() or not output.is_floating_point():
+        outputs = [x for x in _outputs(result) if x.is_floating_point()]
+        if not outputs or torch.compiler.is_compiling():
             return result
-        if bool(torch.isfinite(output.detach()).all()):
+        if all(bool(torch.isfinite(x.detach()).all()) for x in outputs):
             return result
+        output = outputs[0]
         try:
             bound = signature.bind(*args, **kwargs).arguments
         except TypeError:
             return result
-        inputs = {
-            name: value
-            for name, value in bound.items()
-            if _floats(value) or (isinstance(value, (int, float)) and not isinstance(value, bool))
-        }
+        inputs = {}
+        for name, value in bound.items():
+            if isinstance(value, tuple) and hasattr(value, "_fields"):  # parameters, by field
+                inputs.update({f"{name}.{f}": getattr(value, f) for f in value._fields})
+            elif _floats(value) or (
+                isinstance(value, (int, float)) and not isinstance(value, bool)
+            ):
+                inputs[name] = value
         for value in inputs.values():
             for x in _floats(value):
                 if not bool(torch.isfinite(x.detach()).all()):

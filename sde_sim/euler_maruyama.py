@@ -32,14 +32,34 @@ class DriftDiffusion(Protocol):
 def euler_maruyama_step(
     system: DriftDiffusion, t: float, x: np.ndarray, h: float, dW: np.ndarray
 ) -> np.ndarray:
-    """One Euler-Maruyama step ``x + f(t, x) h + g(t, x) dW``.
+    """One Euler-Maruyama step ``x + f(t, x) h + g(t, x) dW``, its arguments checked.
 
     Parameters
     ----------
-    system : anything with ``drift(t, x)`` and ``diffusion(t, x, dW)``.
-    t, h : current time and step size.
-    x : (P, d) states; dW : (P, m) Brownian increments with variance ``h``.
+    system : anything with ``drift(t, x)`` and ``diffusion(t, x, dW)`` (and ``dim``,
+        ``noise_dim``).
+    t, h : current time (finite) and step size (finite, ``>= 0``).
+    x : (P, d) finite states; dW : (P, m) finite Brownian increments with variance ``h``.
+
+    Returns (P, d) in ``x``'s dtype. A bad argument is a ValueError/TypeError naming it;
+    `simulate_euler` checks its inputs once and iterates the unchecked `_step`.
     """
+    t = validation.scalar("t", t)
+    h = validation.scalar("h", h, minimum=0.0)
+    validation.real_array("x", x, ndim=2)  # numeric, real, finite
+    validation.real_array("dW", dW, ndim=2)
+    x, dW = np.asarray(x), np.asarray(dW)  # computed in the caller's dtype
+    if x.shape[1] != system.dim:
+        raise ValueError(f"x must have shape (P, {system.dim}), got {x.shape}")
+    if dW.shape != (x.shape[0], system.noise_dim):
+        raise ValueError(
+            f"dW must have shape (P, m) = {(x.shape[0], system.noise_dim)}, got {dW.shape}"
+        )
+    return _step(system, t, x, h, dW)
+
+
+def _step(system, t: float, x: np.ndarray, h: float, dW: np.ndarray) -> np.ndarray:
+    """`euler_maruyama_step` without the checks (the per-step call of `simulate_euler`)."""
     return x + system.drift(t, x) * h + system.diffusion(t, x, dW)
 
 
@@ -75,7 +95,7 @@ def simulate_euler(
     (P, K+1, d) array in the noise's dtype.
     """
     grid = noise.grid
-    x0 = np.asarray(x0, dtype=noise.dtype)
+    x0 = validation.numeric_array("x0", x0).astype(noise.dtype)
     _check_batch(system, x0, noise)
     validation.euler_stability(system, grid.steps)
     if isinstance(system, LinearSDE):
@@ -92,7 +112,7 @@ def simulate_euler(
     t, h = grid.t, grid.steps
     for start, stop, dW in noise.chunks():
         for k in range(start, stop):
-            x = euler_maruyama_step(system, t[k], x, h[k], dW[k - start])
+            x = _step(system, t[k], x, h[k], dW[k - start])
             out[:, k + 1] = x
         if progress is not None:
             progress(stop, noise.n_steps)

@@ -135,7 +135,7 @@ def simulate_exact(
     -------
     (P, K+1, d) array in the noise's dtype.
     """
-    x0 = np.asarray(x0, dtype=noise.dtype)
+    x0 = validation.numeric_array("x0", x0).astype(noise.dtype)
     _check_batch(system, x0, noise, noise_dim=system.dim)
     if isinstance(system, LinearSDE):
         sizes, classes = noise.grid.step_classes()

@@ -277,6 +277,7 @@ SPECS = [
         ("q", "k", "v", "value_precision", "a_bar", "p_bar"),
         output=lambda r: r.output,
         tol=1e-3,
+        data=("q", "k", "v", "value_precision"),
     ),
 ]
 SPEC = {s.name: s for s in SPECS}

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels._validation import overflow_warning
+from kernels._validation import check_data, overflow_warning
 from kernels.ops.afa import params
 from kernels.ops.common.params import NOT_GIVEN, Dynamics
 from kernels.ops.common.rotation import Rotation
@@ -55,6 +55,7 @@ def predict(
         raise ValueError(f"estimate must be a (B, H, T, D) tensor, found {found}")
     if not estimate.is_floating_point():  # complex states travel as real pairs [re | im]
         raise TypeError(f"estimate must be a real floating tensor, found dtype {estimate.dtype}")
+    check_data("estimate", estimate)  # B, H, T >= 1; warns when too large to square
     _, heads, steps, dim = estimate.shape
     rotate = dynamics.frequencies is not None
     if rotate and dim % 2:

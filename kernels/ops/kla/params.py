@@ -17,7 +17,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from kernels._validation import as_parameter, check_finite
+from kernels._validation import as_parameter, check_finite, overflow_warning
 from kernels.ops.common.lags import relaxation
 
 SCAN_METHODS = ("parallel", "hillis-steele", "sequential")
@@ -54,6 +54,7 @@ class KLAScanResult(NamedTuple):
 # --- OU prior, eq. (8) --------------------------------------------------------------------------
 
 
+@overflow_warning
 def ou_prior(a, p, dt, *, convention: str = "paper") -> tuple[torch.Tensor, torch.Tensor]:
     """Exact discretisation ``(a_bar, p_bar)`` of ``dz = -a z dt + p dW`` (seed 001 eq. (8)).
 
@@ -78,7 +79,7 @@ def ou_prior(a, p, dt, *, convention: str = "paper") -> tuple[torch.Tensor, torc
     like = next((x for x in (a, p, dt) if isinstance(x, torch.Tensor)), None)
     if like is None or not like.is_floating_point():
         raise TypeError("at least one of a, p, dt must be a floating torch.Tensor (sets dtype)")
-    a, p, dt = (torch.as_tensor(x, dtype=like.dtype, device=like.device) for x in (a, p, dt))
+    a, p, dt = (as_parameter(n, x, like) for n, x in (("a", a), ("p", p), ("dt", dt)))
     for name, x in (("a", a), ("p", p), ("dt", dt)):
         check_finite(name, x)
     if not ((a >= 0).all() and (dt >= 0).all()):

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import torch
 
-from kernels._validation import check_tensor
+from kernels._validation import check_finite, check_tensor
 
 
 class OscillatorParams(NamedTuple):
@@ -40,6 +40,7 @@ def check_params(p: OscillatorParams, heads: int, dim: int, name: str) -> None:
     ``omega > 0`` and ``gamma >= 0``."""
     for field in OscillatorParams._fields:
         check_tensor(f"{name}.{field}", getattr(p, field))
+        check_finite(f"{name}.{field}", getattr(p, field))
     expected = {
         "omega": (heads, dim),
         "gamma": (heads, dim),

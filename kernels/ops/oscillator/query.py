@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels._validation import check_query_fit, check_real
+from kernels._validation import check_positive, check_query_fit
 
 
 def _design(t: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
@@ -35,8 +35,7 @@ def fit_query(q, t, freqs, *, ridge: float = 1e-3, causal: bool = True):
     -------
     ``(A, B)``, each ``(B, H, T, J, D)`` (``T`` copies of one fit when ``causal=False``).
     """
-    if not check_real("ridge", ridge) > 0:
-        raise ValueError(f"ridge must be > 0, found {ridge!r}")
+    check_positive("ridge", ridge)
     t = check_query_fit(q, t, freqs)
     n_modes = freqs.shape[0]
     phi = _design(t, freqs)  # (Bt, 1, T, 2J)
