@@ -70,8 +70,11 @@ class Measurements(NamedTuple):
         return np.where(self.observed[..., None], self.z, 0.0)
 
 
-def measurements(z, mask, k: int) -> Measurements:
-    """Check ``z`` (B, T, k) or (T, k) and ``mask``; NaN/inf only where ``mask`` is False."""
+def measurements(z, mask, k: int | None) -> Measurements:
+    """Check ``z`` (B, T, k) or (T, k) and ``mask``; NaN/inf only where ``mask`` is False.
+
+    ``k = None`` takes ``z``'s own last axis (a caller that checks it against a model later).
+    """
     try:
         z = np.asarray(z)
     except (TypeError, ValueError):  # ragged nested lists
@@ -84,9 +87,12 @@ def measurements(z, mask, k: int) -> Measurements:
     squeeze = z.ndim == 2
     if squeeze:
         z = z[None]
+    if k is None and z.ndim in (2, 3):
+        k = z.shape[-1]
     if z.ndim != 3 or z.shape[2] != k:
         shape = z.shape[1:] if squeeze else z.shape
-        raise ValueError(f"z must have shape (B, T, {k}) or (T, {k}), got {shape}")
+        want = "k" if k is None else k
+        raise ValueError(f"z must have shape (B, T, {want}) or (T, {want}), got {shape}")
     B, T, _ = z.shape
     if B < 1:
         raise ValueError(f"z must hold at least one sequence, got shape {z.shape} (B = 0)")

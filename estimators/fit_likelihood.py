@@ -95,7 +95,7 @@ class Likelihood:
         self.constraints = tuple(family.constraints)
         self.prior = _check_prior(prior)
         # k is z's own last axis here; the filter checks it against the model's.
-        data = batch_input.measurements(z, mask, np.shape(z)[-1] if np.ndim(z) else 1)
+        data = batch_input.measurements(z, mask, None)
         self.z = data.zero_filled()  # (B, T, k)
         self.observed = data.observed  # (B, T)
         self.t = t

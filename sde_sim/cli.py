@@ -8,7 +8,6 @@ written; a failure while running exits with status 1.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -17,7 +16,14 @@ import numpy as np
 from sde_sim import io, presets
 from sde_sim.models import RT_MODES, LinearSDE, RadialTangentialSDE
 from sde_sim.observe import Contamination, EveryKSteps, PoissonTimes
-from sde_sim.plumbing import OneLineParser, UsageError, atomic_write, check_target, run_cli
+from sde_sim.plumbing import (
+    OneLineParser,
+    UsageError,
+    atomic_write,
+    check_target,
+    physical_memory,
+    run_cli,
+)
 from sde_sim.scenario import DTYPES, METHODS, Scenario, Simulation, simulate
 
 PROG = "python -m sde_sim"
@@ -178,9 +184,8 @@ def _memory_bytes(scenario: Scenario, paths: int, dtype: str) -> float:
 
 def _check_memory(scenario: Scenario, paths: int, dtype: str) -> None:
     """Refuse a run that cannot fit this machine's memory, with the numbers."""
-    try:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):  # not a POSIX system: no estimate
+    total = physical_memory()
+    if total is None:  # not a POSIX system: no estimate
         return
     need = _memory_bytes(scenario, paths, dtype)
     if need > total:

@@ -205,6 +205,14 @@ def _process_alive(pid: int) -> bool:
     return True
 
 
+def physical_memory() -> int | None:
+    """This machine's physical memory in bytes, or None where the system does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not a POSIX system
+        return None
+
+
 def package_version() -> str:
     """The installed ``filtersuite`` version (recorded in every output file)."""
     try:

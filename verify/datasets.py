@@ -39,6 +39,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from sde_sim.plumbing import physical_memory
+
 __all__ = [
     "A5_ORDER",
     "DATASETS",
@@ -92,6 +94,18 @@ def _int(name: str, value: Any, *, minimum: int) -> int:
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
     return int(value)
+
+
+def _fits(sizes: str, elements: float, *, arrays: int) -> None:
+    """Refuse a dataset whose ``arrays`` arrays of ``elements`` 8-byte entries each cannot fit
+    this machine's memory, naming the sizes (``sizes``: the arguments and their values)."""
+    total = physical_memory()
+    need = 8.0 * float(elements) * arrays
+    if total is not None and need > total:
+        raise ValueError(
+            f"{sizes} needs at least {need / 2**30:.3g} GiB, more than this machine's "
+            f"{total / 2**30:.3g} GiB"
+        )
 
 
 def _positive(name: str, value: Any, *, allow_zero: bool = False) -> float:
@@ -253,6 +267,12 @@ def a5_composition(
             f"test_lengths must all exceed train_length={train_length} (train short, test long); "
             f"got {short}"
         )
+    _fits(
+        f"n_train x train_length + n_test x sum(test_lengths) = {n_train} x {train_length} + "
+        f"{n_test} x {sum(lengths)}",
+        n_train * train_length + n_test * sum(lengths),
+        arrays=2,
+    )
     rng, seed_int = _rng(seed)
     elements = a5_elements()
     table = a5_multiplication_table()
@@ -363,6 +383,7 @@ def mqar(
     need = 2 * n_pairs + 2 * n_queries
     if seq_len < need:
         raise ValueError(f"seq_len must be >= 2*n_pairs + 2*n_queries = {need}, got {seq_len}")
+    _fits(f"n_sequences x seq_len = {n} x {seq_len}", n * seq_len, arrays=3)
     rng, seed_int = _rng(seed)
 
     keys = 1 + rng.permuted(np.tile(np.arange(n_keys), (n, 1)), axis=1)[:, :n_pairs]
@@ -503,6 +524,7 @@ def irregular_rotation(
     if a_lo <= 0:
         raise ValueError(f"amplitude_range must be positive, got ({a_lo}, {a_hi})")
     noise_std = _positive("noise_std", noise_std, allow_zero=True)
+    _fits(f"n_sequences x n_steps = {n} x {n_steps}", n * n_steps, arrays=4)
     rng, seed_int = _rng(seed)
 
     frequencies = omega_min + d_omega * np.arange(n_classes, dtype=np.float64)
@@ -663,6 +685,12 @@ def irregular_forecast(
     if t_future < window:
         raise ValueError(f"t_future must be >= window={window}, got {t_future}")
     noise_std = _positive("noise_std", noise_std, allow_zero=True)
+    expected = window / (gap_shape * gap_scale) + 8  # points per sequence
+    _fits(
+        f"n_sequences x window / (gap_shape x gap_scale) = {n} x {expected:.3g} points",
+        n * (expected + k_bank),
+        arrays=4,
+    )
     rng, seed_int = _rng(seed)
 
     counts = rng.integers(c_lo, c_hi + 1, size=n)
@@ -822,6 +850,11 @@ def logistic_map(
             f"n_train={n_train}; got {tail} (n_steps={n_steps})"
         )
     noise_std = _positive("noise_std", noise_std, allow_zero=True)
+    _fits(
+        f"n_steps = {n_steps} (n_train x window = {n_train} x {window})",
+        n_steps + 1 + n_train * window,
+        arrays=3,
+    )
     rng, seed_int = _rng(seed)
 
     x = x0

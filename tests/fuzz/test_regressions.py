@@ -55,6 +55,15 @@ def test_log_likelihood_names_theta_not_theta0():
         fitting.log_likelihood(family, [-0.5, 0.5, 0.3, np.nan], Z, T6)
 
 
+def test_log_likelihood_names_a_ragged_z():
+    """Found by the slow profile: a ragged ``z`` failed in ``np.shape`` and the guard reported
+    the computation's scales instead of naming ``z``."""
+    family = fitting.IsotropicFamily(2, rotation="rope")
+    ragged = [[[1.0, 0.0], [0.5, 0.2], [0.1, 0.3]], [[0.2, 0.1], [0.4, 0.3]]]
+    with pytest.raises(TypeError, match=r"\bz must be"):
+        fitting.log_likelihood(family, [-0.5, 0.5, 0.3, 0.2], ragged, T6[:3])
+
+
 @pytest.mark.parametrize("estimate", [kalman_filter, recurrent_filter, irls.irls])
 def test_measurements_and_times_beyond_1e150_are_refused_by_name(estimate):
     """z * 1e300 gave non-finite means and log-likelihoods (kalman_filter) without a word."""
@@ -284,3 +293,22 @@ def test_kla_layer_long_gaps_forget_instead_of_failing():
     )
     with pytest.raises(ValueError, match=r"^t \(or gap\) has a gap so long"):
         quiet(x, torch.tensor([0.0, 1.0, 1e30, 2e30]))
+
+
+@pytest.mark.parametrize(
+    "name, kwargs, word",
+    [
+        ("a5", {"n_train": 10**9, "train_length": 16}, "n_train"),
+        ("mqar", {"n_sequences": 10**9, "seq_len": 128}, "n_sequences"),
+        ("irregular-rotation", {"n_sequences": 10**9, "n_steps": 64}, "n_sequences"),
+        ("irregular-forecast", {"n_sequences": 10**9}, "n_sequences"),
+        ("logistic-map", {"n_steps": 10**12}, "n_steps"),
+    ],
+)
+def test_datasets_refuse_sizes_beyond_memory(name, kwargs, word):
+    """A size of 10**9 once made a generator allocate until the OOM killer stopped the run
+    (21.7 GB resident); now it is refused before any draw, naming the size and the GiB."""
+    from verify.datasets import dataset
+
+    with pytest.raises(ValueError, match=rf"\b{word}\b.*GiB"):
+        dataset(name, seed=0, **kwargs)

@@ -933,3 +933,84 @@ def test_process_noise_false_fixes_sigma2_at_zero():
         AdaptiveFilterAttention.from_eigen(S, eig, 0.1, 1.0, process_noise=False)
     with pytest.raises(TypeError, match="process_noise must be a bool"):
         AdaptiveFilterAttention(4, 2, process_noise=0)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("nu", [math.inf, 1.3])
+@pytest.mark.parametrize("times", ["uniform", "batched"])
+def test_key_chunks_equal_the_whole_rows(causal, nu, times, monkeypatch):
+    """Keys taken in chunks (online softmax, `_attend_chunked`) give the tensor form's output
+    and gradients; every tile is at most ``block x chunk`` (old tiles grew to ``block x T``)."""
+    from kernels.ops.afa import isotropic
+
+    monkeypatch.setattr(isotropic, "_KEY_CHUNK", 4)  # 11 keys: chunks of 4, 4, 3
+    widths = []
+    logits = isotropic._logits
+
+    def recorded(tile, *args):
+        out = logits(tile, *args)
+        widths.append(out.shape[-1])
+        return out
+
+    monkeypatch.setattr(isotropic, "_logits", recorded)
+    gen = torch.Generator().manual_seed(14)
+    batch, heads, steps, n, nv = 2, 3, 11, 2, 3
+    q, k = (torch.randn(batch, heads, steps, 2 * n, dtype=F64, generator=gen) for _ in range(2))
+    v = torch.randn(batch, heads, steps, 2 * nv, dtype=F64, generator=gen)
+    t = (
+        None
+        if times == "uniform"
+        else torch.cumsum(0.1 + torch.rand(batch, steps, dtype=F64, generator=gen), 1)
+    )
+    qk, value = _random_heads(gen, heads, n, nv, per_feature=False)
+    common = {"t": t, "nu": nu, "temperature": 1.4, "causal": causal}
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    chunked = afa.isotropic_afa(*leaves, block_size=2, **common, **qk, **value).output
+    assert widths and max(widths) <= 4, widths
+    reference = [x.clone().requires_grad_() for x in (q, k, v)]
+    whole = afa.tensor_afa(*reference, **common, **qk, **value).output
+    assert_close("chunked output", chunked, whole, atol=SAME_FORMULA_ATOL)
+    weights = torch.randn(whole.shape, dtype=F64, generator=gen)
+    (chunked * weights).sum().backward()
+    (whole * weights).sum().backward()
+    for name, a, b in zip("qkv", leaves, reference, strict=True):
+        if b.grad is None:  # nu = inf: q and k do not enter
+            assert a.grad is None or not a.grad.any(), name
+            continue
+        assert_close(f"d{name}", a.grad, b.grad, atol=SAME_FORMULA_ATOL)
+
+
+@pytest.mark.slow
+def test_isotropic_afa_at_T_65536_under_an_address_space_limit(tmp_path):
+    """T = 65536 float32 (block 64) in a child process limited to 3 GiB of address space: the
+    key-chunked tiles keep it far below (it once died at ~3.7 GB under 4 GiB, RELIABILITY.md)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        """
+        import resource
+        limit = 3 * 2**30
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        import torch
+        from kernels.ops import afa
+        torch.set_num_threads(1)
+        g = torch.Generator().manual_seed(0)
+        q, k, v = (torch.randn(1, 1, 65536, 4, generator=g) for _ in range(3))
+        t = torch.cumsum(0.5 + torch.rand(65536, generator=g), 0)
+        with torch.no_grad():
+            out = afa.isotropic_afa(
+                q, k, v, t=t, decay=0.1, frequencies=torch.tensor([[0.3, 0.7]]),
+                process_var=0.2, measurement_var=1.0, nu=4.0, block_size=64,
+            ).output
+        assert torch.isfinite(out).all()
+        print("peak MiB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+        """
+    )
+    root = str(__import__("pathlib").Path(__file__).resolve().parents[2])
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=3600
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "peak MiB" in done.stdout

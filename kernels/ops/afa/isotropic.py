@@ -111,34 +111,50 @@ def _unrotate(x, phase: Rotation | None):
     return x if phase is None else phase.apply(x, sign=-1)
 
 
+# Keys per tile when a block's keys are taken in chunks (a multiple of the block): tiles are at
+# most (B, H, block, _KEY_CHUNK), so long sequences reuse allocations of a few sizes instead of
+# growing a (B, H, block, j1) tile with every causal block (which fragmented the heap at
+# T = 65536: RELIABILITY.md).
+_KEY_CHUNK = 4096
+
+
 def _attend_blocks(kernels, q, k, v, qn, kn, temperature, *, causal, block, want_weights):
     """Run `_attend` over blocks of ``block`` queries; causal blocks stop at their last query.
 
-    Returns ``(output (B, H, T, Dv), weights (B, H, T, T) or None)``.
+    A block whose keys exceed `_KEY_CHUNK` (and no weights asked for) runs over key chunks of
+    that width with an online softmax (`_attend_chunked`). Returns ``(output (B, H, T, Dv),
+    weights (B, H, T, T) or None)``.
     """
     batch, heads, steps, _ = q.shape
     flip = kernels.reversed_keys
-    if flip:  # keys [0, j1) in reverse order are then the last j1 of the reversed sequence
+    if flip:  # keys [j0, j1) in reverse order are then [T - j1, T - j0) of the reversed sequence
         k, v = k.flip(-2), v.flip(-2)
         kn = None if kn is None else kn.flip(-1)
 
-    def keys(x, dim, j1):
-        return x.narrow(dim, steps - j1 if flip else 0, j1)
+    def keys(x, dim, j0, j1):
+        return x.narrow(dim, steps - j1 if flip else j0, j1 - j0)
 
+    def operands(i0, i1, j0, j1):
+        return (
+            kernels.tile(i0, i1, j0, j1),
+            q[..., i0:i1, :],
+            keys(k, -2, j0, j1),
+            keys(v, -2, j0, j1),
+            None if qn is None else qn[..., i0:i1, :],
+            None if kn is None else keys(kn, -1, j0, j1),
+        )
+
+    width = max(block, _KEY_CHUNK // block * block)
     outputs, weights = [], []
     for i0 in range(0, steps, block):
         i1 = min(i0 + block, steps)
         j1 = i1 if causal else steps
+        if j1 > width and not want_weights:
+            chunks = [operands(i0, i1, j0, min(j0 + width, steps)) for j0 in range(0, j1, width)]
+            outputs.append(_attend_chunked(chunks, temperature, causal=causal))
+            continue
         out, attn = _attend(
-            kernels.tile(i0, i1, j1),
-            q[..., i0:i1, :],
-            keys(k, -2, j1),
-            keys(v, -2, j1),
-            None if qn is None else qn[..., i0:i1, :],
-            None if kn is None else keys(kn, -1, j1),
-            temperature,
-            causal=causal,
-            want_weights=want_weights,
+            *operands(i0, i1, 0, j1), temperature, causal=causal, want_weights=want_weights
         )
         outputs.append(out)
         if want_weights:
@@ -232,14 +248,17 @@ class _ToeplitzKernels:
         )
         self.steps = steps
 
-    def tile(self, i0: int, i1: int, j1: int) -> _PairKernels:
+    def tile(self, i0: int, i1: int, j0: int, j1: int) -> _PairKernels:
+        """Queries ``[i0, i1)`` against keys ``[j0, j1)`` read in reverse (``j = j1 - 1 - r``):
+        the lag index ``i - j + T - 1`` is then ``(T - j1 + i) + r``."""
         first = self.steps - j1 + i0
+        width = j1 - j0
 
         def window(x):
             # slice before unfolding, so autograd's backward of the window touches only the
-            # (i1 - i0) + j1 - 1 lags this tile reads, not every window of the vector
+            # (i1 - i0) + width - 1 lags this tile reads, not every window of the vector
             rows = i1 - i0
-            return x[:, first : first + rows + j1 - 1].unfold(-1, j1, 1).unsqueeze(0)
+            return x[:, first : first + rows + width - 1].unfold(-1, width, 1).unsqueeze(0)
 
         return _PairKernels(*(None if x is None else window(x) for x in self.vectors))
 
@@ -259,18 +278,15 @@ class _IrregularKernels:
         self.nu = heads(nu)
         self.options = options
 
-    def tile(self, i0: int, i1: int, j1: int) -> _PairKernels:
-        lag = self.times[..., i0:i1].unsqueeze(-1) - self.times[..., :j1].unsqueeze(-2)
+    def tile(self, i0: int, i1: int, j0: int, j1: int) -> _PairKernels:
+        """Queries ``[i0, i1)`` against keys ``[j0, j1)``."""
+        lag = self.times[..., i0:i1].unsqueeze(-1) - self.times[..., j0:j1].unsqueeze(-2)
         return _pair_kernels(lag, self.qk, self.vd, self.nu, **self.options)
 
 
-def _attend(tile: _PairKernels, q, k, v, qn, kn, temperature, *, causal: bool, want_weights: bool):
-    """One block of queries: logits, softmax over the keys, value decay, weighted values.
-
-    ``L = log P_v - temperature log(1 + P_qk |R|^2 / nu)`` with the factorised residual
-    ``P_qk |R|^2 / nu = query |Zq_i|^2 + key |Zk_j|^2 - cross Re(Zq~_i^H Zk~_j)`` (one matmul);
-    ``A = softmax_j(L)``, ``A_hat = E_v * A``; returns ``(A_hat Zv~, A or None)``.
-    """
+def _logits(tile: _PairKernels, q, k, qn, kn, temperature):
+    """``L = log P_v - temperature log(1 + P_qk |R|^2 / nu)`` on one tile, with the factorised
+    residual ``P_qk |R|^2 / nu = query |Zq_i|^2 + key |Zk_j|^2 - cross Re(Zq~_i^H Zk~_j)``."""
     logits = tile.log_prior
     if tile.query is not None:
         s = tile.query if qn is None else tile.query * qn
@@ -280,9 +296,46 @@ def _attend(tile: _PairKernels, q, k, v, qn, kn, temperature, *, causal: bool, w
         # |R|^2 >= 0: a negative value is round-off of the cancelling expansion; clamp it.
         s = torch.clamp(s, min=0.0)
         logits = torch.addcmul(logits, temperature, torch.log1p(s), value=-1.0)
+    return logits
+
+
+def _attend(tile: _PairKernels, q, k, v, qn, kn, temperature, *, causal: bool, want_weights: bool):
+    """One block of queries: logits (`_logits`), softmax over the keys, value decay, weighted
+    values: ``A = softmax_j(L)``, ``A_hat = E_v * A``; returns ``(A_hat Zv~, A or None)``."""
+    logits = _logits(tile, q, k, qn, kn, temperature)
     if causal:
         attn = torch.softmax(logits, dim=-1)
         return (attn * tile.value_decay) @ v, attn if want_weights else None
     lse = torch.logsumexp(logits, dim=-1, keepdim=True)
     out = torch.exp(logits + tile.value_decay - lse) @ v
     return out, torch.exp(logits - lse) if want_weights else None
+
+
+def _attend_chunked(chunks, temperature, *, causal: bool):
+    """`_attend`'s output over key chunks ``(tile, q, k, v, qn, kn)`` with an online softmax.
+
+    With the running maximum ``m`` of the logits, ``s = sum_j e^{L_j - m}`` and ``acc = sum_j
+    e^{L_j - m} E_v,j Zv~_j`` (non-causal: ``e^{L_j + log E_v,j - m}``), rescaled by
+    ``e^{m_old - m_new}`` when a chunk raises the maximum; the output is ``acc / s``, the same
+    sum as `_attend` in another order. The first chunk holds key 0, which every query sees, so
+    ``m`` is finite from the first chunk on (a later chunk may be masked entirely for a row).
+    """
+    peak = total = acc = None
+    for tile, q, k, v, qn, kn in chunks:
+        logits = _logits(tile, q, k, qn, kn, temperature)
+        new_peak = logits.amax(dim=-1, keepdim=True)
+        if peak is not None:
+            new_peak = torch.maximum(peak, new_peak)
+        weights = torch.exp(logits - new_peak)
+        if causal:
+            values = (weights * tile.value_decay) @ v
+        else:
+            values = torch.exp(logits + tile.value_decay - new_peak) @ v
+        if peak is None:
+            total, acc = weights.sum(dim=-1, keepdim=True), values
+        else:
+            rescale = torch.exp(peak - new_peak)
+            total = torch.addcmul(weights.sum(dim=-1, keepdim=True), total, rescale)
+            acc = torch.addcmul(values, acc, rescale)
+        peak = new_peak
+    return acc / total
