@@ -33,7 +33,8 @@ filters (default B = 1, N = 16, D = 16), forward only under ``torch.no_grad``, a
 T = 2^8 .. 2^16 (quick: 2^8, 2^10): ``parallel`` (the odd-even work-efficient scan, 2 ceil(log2 T)
 levels, O(T) work) and ``hillis-steele`` (doubling, ceil(log2 T) levels, O(T log T) work), each
 level a few whole-sequence torch ops, against ``sequential`` (a loop of T `kla_step` calls, the
-O(1)-per-token decoding form). ``--device cuda`` runs it on a GPU (synchronised timings). Each
+O(1)-per-token decoding form); repeats interleaved as in the numpy section. ``--device cuda``
+runs it on a GPU (synchronised timings). Each
 row gives the best wall time and the largest difference of the posterior means from the
 sequential loop.
 
@@ -51,7 +52,6 @@ import datetime
 import functools
 import os
 import platform
-import time
 
 import numpy as np
 from _harness import interleaved_best
@@ -134,7 +134,8 @@ def numpy_section(lengths, B, D, repeats, methods) -> None:
 
 
 def torch_section(quick: bool, device: str, repeats: int) -> None:
-    """Torch `kla_scan`, parallel against sequential, float32, forward only."""
+    """Torch `kla_scan`, the scans against the token loop, float32, forward only (interleaved
+    repeats)."""
     import torch
 
     from kernels.ops.kla import kla_scan, ou_prior
@@ -161,18 +162,14 @@ def torch_section(quick: bool, device: str, repeats: int) -> None:
         k = torch.randn(B, T, N, 1, generator=g).to(dev)
         lam_v = (torch.rand(B, T, 1, D, generator=g) * 3).to(dev)
         v = torch.randn(B, T, 1, D, generator=g).to(dev)
-        best, means = {}, {}
         with torch.no_grad():
             kla_scan(k[:, :8], lam_v[:, :8], v[:, :8], a_bar, p_bar)  # warm-up
-            for method in TORCH_METHODS:
-                times = []
-                for _ in range(repeats):
-                    sync()
-                    start = time.perf_counter()
-                    means[method] = kla_scan(k, lam_v, v, a_bar, p_bar, method=method).mean
-                    sync()
-                    times.append(time.perf_counter() - start)
-                best[method] = min(times)
+            calls = {
+                m: functools.partial(kla_scan, k, lam_v, v, a_bar, p_bar, method=m)
+                for m in TORCH_METHODS
+            }
+            best, results = interleaved_best(calls, repeats, sync=sync)
+        means = {m: r.mean for m, r in results.items()}
         for method in TORCH_METHODS:
             ratio = best["sequential"] / best[method]
             word = "(baseline)" if method == "sequential" else f"{ratio:.2f}x faster"
