@@ -240,9 +240,9 @@ def _tensor_vs_van_loan(quick: bool) -> Outcome:
 
 @check(
     "separable.printed-tensor-lambda-c-squared",
-    title="printed (3.1, B.1): the precision tensor with lambda_C^2 instead of |lambda_C|^2 "
-    "(A.3) is complex and wrong for complex output gains",
-    source=seed(0, "3.1 and B.1 (P^C[k,i,j] with lambda_C,k^2)"),
+    title="printed (3.1, B.1, and 3.3's Toeplitz kernel K^V_qk): the precision tensor with "
+    "lambda_C^2 instead of |lambda_C|^2 (A.3) is complex and wrong for complex output gains",
+    source=seed(0, "3.1, B.1 (P^C[k,i,j]) and 3.3 (K^V_qk[tau]), each with lambda_C,k^2"),
     kind="numeric",
     tolerance=_TENSOR_TOL,
     expect="fails",
