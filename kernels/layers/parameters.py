@@ -29,16 +29,28 @@ def seeded_linear(
     *,
     generator: torch.Generator | None = None,
     bias: bool = True,
+    std: float | None = None,
     device=None,
     dtype=None,
 ) -> nn.Linear:
-    """``nn.Linear(fan_in, fan_out)`` with PyTorch's default initialisation drawn from
-    ``generator``: weight ``kaiming_uniform(a = sqrt 5)`` (that is ``U(-1, 1) / sqrt(fan_in)``),
-    bias ``U(-1, 1) / sqrt(fan_in)``."""
+    """``nn.Linear(fan_in, fan_out)`` initialised from ``generator`` (never the global RNG).
+
+    Without ``std``, PyTorch's default: weight ``kaiming_uniform(a = sqrt 5)`` (that is
+    ``U(-1, 1) / sqrt(fan_in)``), bias ``U(-1, 1) / sqrt(fan_in)``. With ``std``: weight
+    ``N(0, std^2)`` (drawn in float64, then cast), bias 0 (the complex Glorot initialisation of
+    `kernels.layers.rfa`).
+    """
     if device is None:  # skip_init builds on "meta", then allocates on this device
         device = torch.get_default_device()
     layer = nn.utils.skip_init(nn.Linear, fan_in, fan_out, bias=bias, device=device, dtype=dtype)
     with torch.no_grad():
+        if std is not None:
+            shape, where = layer.weight.shape, layer.weight.device
+            draw = torch.randn(shape, generator=generator, dtype=torch.float64, device=where)
+            layer.weight.copy_(std * draw)
+            if bias:
+                layer.bias.zero_()
+            return layer
         nn.init.kaiming_uniform_(layer.weight, a=math.sqrt(5), generator=generator)
         if bias:
             bound = 1 / math.sqrt(fan_in)

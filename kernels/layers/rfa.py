@@ -46,7 +46,7 @@ from kernels import _validation
 from kernels.backend import BACKENDS
 from kernels.layers import heads as heads_mod
 from kernels.layers.causal import finite_causal
-from kernels.layers.parameters import inverse_softplus
+from kernels.layers.parameters import inverse_softplus, seeded_linear
 from kernels.ops import rfa
 from kernels.ops.common import positional
 from kernels.ops.common.attention import head_parameter
@@ -221,15 +221,14 @@ class RobustFilterAttention(nn.Module):
     @staticmethod
     def _complex_in(d_in: int, d_out: int, bias: bool, generator, factory) -> nn.Linear:
         """``R^{d_in} -> C^{d_out}`` as ``nn.Linear(d_in, 2 d_out)`` (rows ``[W_r; W_i]``)."""
-        return _gaussian_linear(
-            d_in, 2 * d_out, math.sqrt(1.0 / (d_in + d_out)), bias, generator, factory
-        )
+        std = math.sqrt(1.0 / (d_in + d_out))
+        return seeded_linear(d_in, 2 * d_out, std=std, bias=bias, generator=generator, **factory)
 
     @staticmethod
     def _complex_out(d_in: int, d_out: int, bias: bool, generator, factory) -> nn.Linear:
         """``C^{d_in} -> R^{d_out}`` as ``nn.Linear(2 d_in, d_out)`` (columns ``[W_r, -W_i]``)."""
         std = math.sqrt(1.0 / (d_in + d_out)) / math.sqrt(2.0)
-        return _gaussian_linear(2 * d_in, d_out, std, bias, generator, factory)
+        return seeded_linear(2 * d_in, d_out, std=std, bias=bias, generator=generator, **factory)
 
     def _store(self, name: str, value: torch.Tensor, learn: bool, factory) -> None:
         value = value.to(**factory)
@@ -386,22 +385,3 @@ class RobustFilterAttention(nn.Module):
         )
         out = self.out_proj(heads_mod.merge_complex_heads(result.output))
         return out, result.weights
-
-
-def _gaussian_linear(d_in: int, d_out: int, std: float, bias: bool, generator, factory):
-    """``nn.Linear(d_in, d_out)`` with ``N(0, std^2)`` weights from ``generator``, zero bias.
-
-    Built uninitialised (``skip_init``), so the global RNG is never used.
-    """
-    device = factory["device"] if factory["device"] is not None else torch.get_default_device()
-    layer = torch.nn.utils.skip_init(
-        nn.Linear, d_in, d_out, bias=bias, device=device, dtype=factory["dtype"]
-    )
-    with torch.no_grad():
-        draw = torch.randn(
-            layer.weight.shape, generator=generator, dtype=torch.float64, device=layer.weight.device
-        )
-        layer.weight.copy_(std * draw)
-        if layer.bias is not None:
-            layer.bias.zero_()
-    return layer
