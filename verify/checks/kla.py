@@ -5,8 +5,10 @@ from __future__ import annotations
 import numpy as np
 import sympy as sp
 from scipy.linalg import solve_discrete_are
+from scipy.signal import fftconvolve
 
 from estimators.closed_forms import kla
+from estimators.scan import affine_combine, kla_filter, mobius_combine
 from sde_sim import BrownianPath, LinearSDE, TimeGrid, presets, simulate_exact
 from sde_sim.exact import van_loan
 from verify.registry import Outcome, check, seed
@@ -643,3 +645,114 @@ def _steady_state_error(quick: bool) -> Outcome:
         return Outcome(float("inf"), detail + ": the recursion has not reached lam*")
     scores = whitened_scores(err[-1], np.diag(1.0 / lam_star))
     return Outcome(float(np.max(np.abs(scores))), detail)
+
+
+# --- eq. (21), associativity, Thm 3 (issue 17) -------------------------------------------------
+
+
+@check(
+    "kla.eq21-argmin-is-eq20",
+    title="eq. (21): the argmin of Lambda^v (v - k mu)^2 + rho lam_{t-1} (mu - a mu_{t-1})^2 is "
+    "the gated update (20) mu_t = a (1 - k^2 Lambda^v / lam_t) mu_{t-1} + k Lambda^v v / lam_t",
+    source=seed(1, "4.3 (eqs. 20-21), Cor. 2.2"),
+    kind="symbolic",
+    tolerance=0.0,
+)
+def _eq21_argmin(quick: bool) -> float:
+    mu, v, k, mu_prev = sp.symbols("mu v k mu_prev", real=True)
+    lam_v, lam_prev, a, p = sp.symbols("Lambda_v lam_prev a p", positive=True)
+    prior = lam_prev / (a**2 + p * lam_prev)  # rho_t lam_{t-1}, the prior precision (eq. 16)
+    loss = lam_v * (v - k * mu) ** 2 + prior * (mu - a * mu_prev) ** 2
+    (argmin,) = sp.solve(sp.diff(loss, mu), mu)
+    lam_t = prior + k**2 * lam_v  # eq. (16)
+    gated = a * (1 - k**2 * lam_v / lam_t) * mu_prev + k * lam_v * v / lam_t
+    convex = sp.diff(loss, mu, 2) - 2 * lam_t  # the second derivative is 2 lam_t > 0
+    return max(symbolic_residual(argmin - gated), symbolic_residual(convex))
+
+
+@check(
+    "kla.operators-associative",
+    title="Cors. 1.1, 2.1: the normalised Moebius and the affine combine operators of "
+    "`estimators.scan` are associative on random triples, with identities (I, (1, 0))",
+    source=seed(1, "Cors. 1.1, 2.1"),
+    kind="numeric",
+    tolerance=1e-12,
+)
+def _operators_associative(quick: bool) -> float:
+    # entries O(1) (Moebius: positive, as KLA's steps); a few roundings per combine: ~1e-15
+    rng = np.random.default_rng(17)
+    n = 200 if quick else 5000
+
+    def mobius():
+        return tuple(rng.uniform(0.05, 3.0, size=n) for _ in range(4))
+
+    def affine():
+        return rng.uniform(-2.0, 2.0, size=n), rng.normal(size=n)
+
+    def projective(m):  # a Moebius map up to scale: divide by the trace
+        trace = m[0] + m[3]
+        return np.stack([x / trace for x in m])
+
+    x, y, z = mobius(), mobius(), mobius()
+    left = mobius_combine(mobius_combine(x, y), z)
+    right = mobius_combine(x, mobius_combine(y, z))
+    identity = (np.ones(n), np.zeros(n), np.zeros(n), np.ones(n))
+    worst = max(
+        relative_error(projective(left), projective(right)),
+        relative_error(projective(mobius_combine(identity, x)), projective(x)),
+        relative_error(projective(mobius_combine(x, identity)), projective(x)),
+    )
+    f, g, h = affine(), affine(), affine()
+    one = (np.ones(n), np.zeros(n))
+    return max(
+        worst,
+        relative_error(
+            np.stack(affine_combine(affine_combine(f, g), h)),
+            np.stack(affine_combine(f, affine_combine(g, h))),
+        ),
+        relative_error(np.stack(affine_combine(one, f)), np.stack(f)),
+        relative_error(np.stack(affine_combine(f, one)), np.stack(f)),
+    )
+
+
+@check(
+    "kla.thm3-convolution",
+    title="Thm 3: with p = 0, time-invariant a and k and lam_0 = eta_0 = 0, kla_filter's precision "
+    "and information mean are the convolutions sum_s a^{-2(t-s)} k^2 Lambda^v_s and k sum_s "
+    "a^{-(t-s)} Lambda^v_s v_s (FFT)",
+    source=seed(1, "Thm 3 (App. D)"),
+    kind="numeric",
+    tolerance=1e-10,
+)
+def _thm3(quick: bool) -> float:
+    # Growing kernels a^{-n} (a < 1): T = 60 steps at a = e^{-0.1} keep them below e^{12};
+    # the FFT's error is ~eps times the largest term, relative to a sum dominated by it: 1e-10
+    rng = np.random.default_rng(18)
+    worst = 0.0
+    for _ in range(2 if quick else 10):
+        T, D = 60, 3
+        a = np.exp(-rng.uniform(0.02, 0.1, size=D))
+        k = rng.uniform(0.5, 1.5, size=D)
+        lam_v = rng.uniform(0.2, 2.0, size=(T, D))
+        v = rng.normal(size=(T, D))
+        result = kla_filter(
+            np.broadcast_to(k, (T, D)), lam_v, v, a, np.zeros(D), lam0=0.0, eta0=0.0
+        )
+        n = np.arange(T)[:, None]
+        lam_conv = np.stack(
+            [fftconvolve(k[d] ** 2 * lam_v[:, d], a[d] ** (-2.0 * n[:, 0]))[:T] for d in range(D)],
+            axis=1,
+        )
+        eta_conv = np.stack(
+            [
+                fftconvolve(k[d] * lam_v[:, d] * v[:, d], a[d] ** (-1.0 * n[:, 0]))[:T]
+                for d in range(D)
+            ],
+            axis=1,
+        )
+        worst = max(
+            worst,
+            relative_error(result.precision, lam_conv),
+            relative_error(result.info_mean, eta_conv),
+        )
+    return worst
