@@ -9,6 +9,10 @@ eta_t^2) / eta_t^2`` the rank-1 coefficient is ``|lambda_C|^2 (sigma_r^2 - sigma
 (eta_r^2 - eta_t^2) e^{-2 alpha dt}``, so that the whole is the RT-SDE's ``sigma_Vt^2 (I - u
 u^H) + sigma_Vr^2 u u^H``. The seed prints ``sigma_r^2 - eta_t^2`` in the first term.
 
+**B.6.2, Proposition 2** (covariance expressiveness) holds, and exactly with ``H = d`` heads:
+any SPD ``Sigma*`` is ``sum_h sigma_Vt,h^2 I + sum_h beta_h u_h u_h^T`` with ``u_h`` its
+eigenvectors.
+
 **B.6.2, Proposition 1**: what products of isotropic-decay blocks can express.
 
 The proposition, as printed: for a diagonalizable ``A = S Lambda S^-1`` and any ``eps > 0``
@@ -218,3 +222,36 @@ def _corrected_rank_one(quick: bool) -> float:
         symbolic_residual(sp.simplify(moved)),
         symbolic_residual(generator),
     )
+
+
+# --- B.6.2, Proposition 2 ----------------------------------------------------------------------
+
+
+@check(
+    "rt_structure.proposition-2-covariance",
+    title="B.6.2 Prop. 2 holds, exactly with H = d heads: sum_h sigma_Vt,h^2 I + sum_h beta_h u_h "
+    "u_h^T reaches any SPD Sigma* (u_h its eigenvectors, sigma_Vt,h^2 = lambda_min / (2d), "
+    "sigma_Vr,h^2 = beta_h + sigma_Vt,h^2 >= 0)",
+    source=seed(0, "B.6.2 (Proposition 2)"),
+    kind="numeric",
+    tolerance=1e-12,
+)
+def _proposition_2(quick: bool) -> float:
+    # an eigendecomposition and a sum of d rank-1 terms: ~d eps cond(Sigma*) <= 1e-13 here
+    rng = np.random.default_rng(64)
+    worst = 0.0
+    for _ in range(5 if quick else 50):
+        d = int(rng.integers(2, 7))
+        root = rng.normal(size=(d, d))
+        target = root @ root.T + 0.1 * np.eye(d)  # SPD, condition number below ~1e3
+        lam, U = np.linalg.eigh(target)
+        tangential = np.full(d, lam.min() / (2 * d))  # sigma_Vt,h^2, one per head
+        beta = lam - tangential.sum()  # beta_h = sigma_Vr,h^2 - sigma_Vt,h^2
+        radial = beta + tangential
+        if np.any(radial < 0):
+            return float("inf")  # not a valid RT head: the construction would have failed
+        built = tangential.sum() * np.eye(d) + sum(
+            b * np.outer(U[:, h], U[:, h]) for h, b in enumerate(beta)
+        )
+        worst = max(worst, relative_error(built, target))
+    return worst

@@ -449,3 +449,35 @@ def _monte_carlo(quick: bool) -> Outcome:
         worst,
         f"{paths} paths, lags dt = -3..+0.5; max |z|; without propagated R: {worst_dropped:.0f}",
     )
+
+
+# --- 3.3: the Toeplitz kernel's indexing (issue 17) ----------------------------------------------
+
+
+@check(
+    "separable.toeplitz-kernel-indexing",
+    title="3.3: e^{lambda (t_i - t_j)} = K[m - (i - j)] with the printed kernels K = [e^{lambda "
+    "(m-1) dt}, ..., e^0, ..., e^{-lambda m dt}] (and the causal one padded with m ones), read "
+    "1-based; a 0-based reading is one step off",
+    source=seed(0, "3.3"),
+    kind="numeric",
+    tolerance=1e-15,
+)
+def _toeplitz_indexing(quick: bool) -> Outcome:
+    rng = np.random.default_rng(33)
+    worst, zero_based = 0.0, np.inf
+    for _ in range(3 if quick else 20):
+        m = int(rng.integers(2, 12))
+        lam = complex(-rng.uniform(0.05, 1.0), rng.uniform(-2.0, 2.0))
+        dt = rng.uniform(0.1, 1.0)
+        exponents = np.arange(m - 1, -m - 1, -1)  # m - 1, ..., 0, ..., -m: 2m entries
+        kernel = np.exp(lam * exponents * dt)
+        causal = np.concatenate([np.exp(lam * np.arange(m - 1, 0, -1) * dt), np.ones(m)])
+        i, j = np.meshgrid(np.arange(1, m + 1), np.arange(1, m + 1), indexing="ij")
+        direct = np.exp(lam * (i - j) * dt)
+        index = m - (i - j)  # 1-based, as printed
+        worst = max(worst, float(np.max(np.abs(kernel[index - 1] - direct))))
+        below = i >= j  # causal: keys up to the query
+        worst = max(worst, float(np.max(np.abs(causal[index - 1][below] - direct[below]))))
+        zero_based = min(zero_based, float(np.max(np.abs(kernel[index] - direct))))
+    return Outcome(worst, f"0-based reading: error >= {zero_based:.2e}")
