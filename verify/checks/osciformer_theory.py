@@ -1,5 +1,8 @@
 """Checks of seed 002's theory appendix and its chaos example (OsciFormer).
 
+* Def. 4 and Lemma 1: the Fejer kernel's closed form, series and squared-sum forms (so ``K_N >=
+  0``), its unit mean, and its tail bound ``(1/2 pi) int_{|theta| >= delta} K_N <= 1 / ((N + 1)
+  sin^2(delta / 2))``.
 * Lemma 6: ``|softmax(x) - softmax(y)|_1 <= |x - y|_inf``. The proof bounds the Jacobian
   ``J_u v = s * (v - (s^T v) 1)`` on the unit ``l_inf`` ball: at a vertex ``v in {+-1}^m`` with
   ``t = s^T v`` the ``l_1`` norm is ``sum_i s_i |v_i - t| = 1 - t^2 <= 1``.
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 import sympy as sp
+from scipy.integrate import quad
 
 from verify.registry import Outcome, check, seed
 from verify.tools import symbolic_residual
@@ -127,3 +131,67 @@ def chaos_margin(r: float, steps: int) -> Outcome:
     spread = float(np.std(estimates)) / np.sqrt(len(estimates))
     residual = 3 * max(spread, 1e-4) - float(estimates.min())
     return Outcome(residual, f"lambda {estimates.mean():.4f} (min {estimates.min():.4f})")
+
+
+# --- Def. 4 and Lemma 1: the Fejer kernel -------------------------------------------------------
+
+
+def _fejer_series(n: int, theta):
+    """``sum_{|k| <= N} (1 - |k| / (N + 1)) e^{i k theta}`` written with cosines (real)."""
+    return 1 + 2 * sum((1 - sp.Rational(k, n + 1)) * sp.cos(k * theta) for k in range(1, n + 1))
+
+
+@check(
+    "osciformer_theory.lemma1-fejer-identities",
+    title="Def. 4, Lemma 1 (1)-(2), N = 1..4: K_N = (1/(N+1)) (sin((N+1) t/2) / sin(t/2))^2 = "
+    "sum_{|k|<=N} (1 - |k|/(N+1)) e^{ikt} = |sum_{j<=N} e^{ijt}|^2 / (N+1) >= 0, and "
+    "(1/2 pi) int K_N = 1",
+    source=seed(2, "Def. 4, Lemma 1"),
+    kind="symbolic",
+    tolerance=0.0,
+)
+def _fejer_identities(quick: bool) -> float:
+    theta = sp.symbols("theta", real=True)
+    worst = 0.0
+    for n in range(1, 5):
+        series = _fejer_series(n, theta)
+        partial = sum(sp.exp(sp.I * j * theta) for j in range(n + 1))
+        square = sp.expand_complex(partial * sp.conjugate(partial)) / (n + 1)
+        # the closed form, compared after clearing its denominator sin^2(theta / 2)
+        cleared = sp.expand_trig(
+            sp.sin((n + 1) * theta / 2) ** 2 - series * (n + 1) * sp.sin(theta / 2) ** 2
+        )
+        normalisation = sp.integrate(series, (theta, -sp.pi, sp.pi)) / (2 * sp.pi) - 1
+        worst = max(
+            worst,
+            symbolic_residual(sp.simplify(sp.expand_trig(sp.expand(square - series)))),
+            symbolic_residual(sp.simplify(cleared)),
+            symbolic_residual(normalisation),
+        )
+    return worst
+
+
+@check(
+    "osciformer_theory.lemma1-fejer-tail",
+    title="Lemma 1 (3): (1/2 pi) int_{|theta| >= delta} K_N <= 1 / ((N+1) sin^2(delta/2)) "
+    "(quadrature, N up to 64, delta in (0.05, 3); residual: the largest ratio minus 1)",
+    source=seed(2, "Lemma 1 (3)"),
+    kind="numeric",
+    tolerance=0.0,
+)
+def _fejer_tail(quick: bool) -> Outcome:
+    worst = 0.0
+    for n in (1, 8) if quick else (1, 4, 16, 64):
+        for delta in (0.05, 0.3, 1.0, 2.0, 3.0):
+
+            def kernel(theta, n=n):
+                half = np.sin(theta / 2)
+                if abs(half) < 1e-12:
+                    return float(n + 1)
+                return float(np.sin((n + 1) * theta / 2) ** 2 / half**2 / (n + 1))
+
+            tail, _ = quad(kernel, delta, np.pi, limit=400)
+            tail = 2 * tail / (2 * np.pi)  # both sides, |theta| >= delta
+            bound = 1.0 / ((n + 1) * np.sin(delta / 2) ** 2)
+            worst = max(worst, tail / bound)
+    return Outcome(worst - 1.0, f"largest tail / bound {worst:.4f}")
