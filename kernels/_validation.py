@@ -152,9 +152,10 @@ def check_times(t, steps: int, *, like: torch.Tensor, name: str = "t") -> torch.
         raise ValueError(
             f"{name} must have shape (T,) or (B, T) with T = {steps}, found {tuple(t.shape)}"
         )
-    if not torch.isfinite(t).all():
+    tracing = torch.compiler.is_compiling()  # value checks would break torch.compile's graph
+    if not tracing and not torch.isfinite(t).all():
         raise ValueError(f"{name} must be finite, found NaN or inf")
-    if steps > 1:
+    if steps > 1 and not tracing:
         gaps = t[..., 1:] - t[..., :-1]
         if (gaps <= 0).any():
             worst = gaps.min().item()

@@ -8,7 +8,9 @@ entry, the layer runs once on ``x`` with those entries set to 0 (the outputs bef
 non-finite step of each sequence, which never read it) and once on ``x`` itself (the outputs
 from that step on, where the NaN belongs), and the rows are taken from each. Finite input (the
 usual case) costs one ``isfinite`` reduction. Non-causal layers (``causal=False``) are left as
-they are: there every output reads every step.
+they are: there every output reads every step. Under ``torch.compile`` the wrapper traces the
+plain forward (a test of the input's values would break the graph), so there the guarantee is
+the eager layer's alone.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ def finite_causal(forward):
     def wrapped(self, x, *args, **kwargs):
         if not (getattr(self, "causal", True) and isinstance(x, torch.Tensor) and x.ndim == 3):
             return forward(self, x, *args, **kwargs)
+        if torch.compiler.is_compiling():  # a value test would break torch.compile's graph:
+            return forward(self, x, *args, **kwargs)  # it traces the finite path only
         memory = kwargs.get("memory")
         if not (isinstance(memory, torch.Tensor) and memory.shape == x.shape):
             memory = None  # absent, or malformed: the layer names it

@@ -32,7 +32,7 @@ def head_parameter(name, value, heads: int, like: torch.Tensor, *, positive=Fals
             f"{name} must be a scalar or have shape ({heads},), found {tuple(out.shape)}"
         )
     bad = (out <= 0) if positive else (out < 0)
-    if not torch.isfinite(out).all() or bad.any():
+    if not torch.compiler.is_compiling() and (not torch.isfinite(out).all() or bad.any()):
         bound = "> 0" if positive else ">= 0"
         raise ValueError(f"{name} must be finite and {bound}, found {out.detach().tolist()}")
     return out.reshape(-1, 1, 1).expand(heads, 1, 1)

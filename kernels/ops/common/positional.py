@@ -164,7 +164,7 @@ def head_spectrum(frequencies, decay, *, heads: int, num_frequencies: int, like:
             f"frequencies must have shape ({n},) or ({heads}, {n}) (one per complex feature, "
             f"D/2 = {n}), found {tuple(frequencies.shape)}"
         )
-    if not torch.isfinite(freq).all():
+    if not torch.compiler.is_compiling() and not torch.isfinite(freq).all():
         raise ValueError("frequencies must be finite, found NaN or inf")
     return CoupledSpectrum(freq.expand(heads, n), decay)
 

@@ -82,10 +82,10 @@ def ou_prior(a, p, dt, *, convention: str = "paper") -> tuple[torch.Tensor, torc
     a, p, dt = (as_parameter(n, x, like) for n, x in (("a", a), ("p", p), ("dt", dt)))
     for name, x in (("a", a), ("p", p), ("dt", dt)):
         check_finite(name, x)
-    if not ((a >= 0).all() and (dt >= 0).all()):
+    if not torch.compiler.is_compiling() and not ((a >= 0).all() and (dt >= 0).all()):
         raise ValueError("a and dt must be >= 0 (decay rate and step of the OU prior)")
     scale = p * p if convention == "paper" else p
-    if convention == "code" and (p < 0).any():
+    if convention == "code" and not torch.compiler.is_compiling() and (p < 0).any():
         raise ValueError("p must be >= 0 with convention='code' (p is a variance there)")
     return torch.exp(-a * dt), scale * dt * relaxation(2.0 * a * dt)
 
@@ -107,7 +107,7 @@ def real_tensor(name: str, x, like: torch.Tensor | None = None) -> torch.Tensor:
             raise TypeError(f"{name} must be a floating tensor, found dtype {x.dtype}")
         return x
     if not isinstance(x, torch.Tensor):  # Python numbers and arrays: straight to like's dtype
-        if np.iscomplexobj(x):  # the cast would fail with no word of which argument
+        if not torch.compiler.is_compiling() and np.iscomplexobj(x):  # a cast naming nothing
             raise TypeError(f"{name} must be real, found a complex value")
         x = as_parameter(name, x, like) if isinstance(x, (str, type(None))) else x
         x = torch.as_tensor(x, dtype=like.dtype, device=like.device)
@@ -158,13 +158,14 @@ def prepare(k, value_precision, v, a_bar, p_bar, q, lam0, eta0):
             "tokens must have shape (B, T, *S) with every size >= 1; k, value_precision and v "
             f"broadcast to {tuple(shape)}"
         )
-    if (lam_v < 0).any():
+    tracing = torch.compiler.is_compiling()  # value checks would break torch.compile's graph
+    if not tracing and (lam_v < 0).any():
         raise ValueError("value_precision must be >= 0 (0 marks a missing token)")
     a_bar = real_tensor("a_bar", a_bar, k)
     p_bar = real_tensor("p_bar", p_bar, k)
-    if (a_bar <= 0).any():
+    if not tracing and (a_bar <= 0).any():
         raise ValueError(f"a_bar must be > 0 (a_bar = e^(-a dt)), found min {a_bar.min():.3g}")
-    if (p_bar < 0).any():
+    if not tracing and (p_bar < 0).any():
         raise ValueError(f"p_bar must be >= 0 (a variance), found min {p_bar.min():.3g}")
     a_bar = broadcast("a_bar", a_bar, shape, "token shape")
     p_bar = broadcast("p_bar", p_bar, shape, "token shape")
@@ -173,7 +174,7 @@ def prepare(k, value_precision, v, a_bar, p_bar, q, lam0, eta0):
     state_shape = shape[:1] + shape[2:]
     lam0 = broadcast("lam0", real_tensor("lam0", lam0, k), state_shape, "state shape (B, *S)")
     eta0 = broadcast("eta0", real_tensor("eta0", eta0, k), state_shape, "state shape (B, *S)")
-    if (lam0 <= 0).any():
+    if not tracing and (lam0 <= 0).any():
         # a diffuse start (lam0 = 0) has no mean until the first token; not supported here
         raise ValueError("lam0 must be > 0 (the prior precision before the first token)")
     return k, lam_v, v, a_bar, p_bar, q, lam0, eta0, shape

@@ -146,7 +146,7 @@ def _config(
     tau = head_parameter("temperature", temperature, heads, like, positive=True)
     if precision_prior and not unitary_limit:
         zero_lag = (eta2 + gamma2).detach()
-        if (zero_lag <= 0).any():
+        if not torch.compiler.is_compiling() and (zero_lag <= 0).any():
             raise ValueError(
                 "measurement_var + anchor_var must be > 0 (the lag-0 variance), found "
                 f"{zero_lag.flatten().tolist()}"
