@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet -c constraints.txt torch==2.13.0
-	$(PIP) install --quiet -c constraints.txt -e ".[dev]"
+	$(PIP) install --quiet -c constraints.txt -e ".[dev,distributed]"
 	touch $(STAMP)
 
 # Every output into out/: the simulator's gallery, the verification table (quick checks; run

@@ -48,6 +48,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--table", type=Path, metavar="FILE", help="also write the printed table to FILE"
     )
     parser.add_argument("--force", action="store_true", help="overwrite --json/--table files")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="run the checks on N local Dask worker processes (needs filtersuite[distributed])",
+    )
+    where.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="run the checks on the Dask cluster at ADDRESS (e.g. tcp://host:8786)",
+    )
     return parser
 
 
@@ -256,6 +268,8 @@ def _run(argv: list[str]) -> int:
         for c in checks:
             print(f"{c.id:<46} {c.kind:<11} {c.source}")
         return 0
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f"--workers must be >= 1, got {args.workers}")
     check_target(args.json, "--json", force=args.force)
     check_target(args.table, "--table", force=args.force)
     both = args.json is not None and args.table is not None
@@ -266,7 +280,22 @@ def _run(argv: list[str]) -> int:
     print(f"filtersuite {package_version()}: {len(checks)} checks ({mode})")
     print(HEADER)
     start = time.perf_counter()
-    results = run_all(checks, quick=args.quick, on_result=lambda r: print(_row(r), flush=True))
+    show = lambda r: print(_row(r), flush=True)  # noqa: E731
+    if args.workers is None and args.scheduler is None:
+        results = run_all(checks, quick=args.quick, on_result=show)
+    else:
+        from verify.distributed import DistributedUnavailable, run_distributed
+
+        try:
+            results = run_distributed(
+                checks,
+                quick=args.quick,
+                workers=args.workers,
+                scheduler=args.scheduler,
+                on_result=show,
+            )
+        except DistributedUnavailable as exc:
+            raise UsageError(str(exc)) from None
     total = time.perf_counter() - start
     failed = [r for r in results if not r.passed]
     summary = (
