@@ -66,9 +66,12 @@ def test_explain_counts_a_data_dependent_branch():
 
     class Branching(torch.nn.Module):
         def forward(self, x):
-            if (x > 0).any():
-                return x * 2
-            return x
+            y = x + 1
+            if (y > 0).any():  # both branches compute, so the break leaves a second graph
+                return y * 2
+            return y * 3
 
     dynamo.reset()
-    assert dynamo.explain(Branching())(torch.randn(3)).graph_break_count >= 1
+    explained = dynamo.explain(Branching())(torch.ones(3))
+    assert explained.graph_break_count >= 1
+    assert explained.break_reasons
