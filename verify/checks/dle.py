@@ -304,3 +304,31 @@ def _printed_s_inverse(quick: bool) -> Outcome:
     return Outcome(
         relative_error(printed, reference), f"max |V - V^T| of the printed form: {asymmetry:.2g}"
     )
+
+
+# --- seed 004 C.7: time-structured (coloured) process noise (issue 17, P24) ----------------------
+
+
+@check(
+    "dle.coloured-noise-prior",
+    title="seed 004 C.7: with q(s) = sum_j c_j e^{gamma_j s}, lambda_V(dt) = Re sum_j c_j "
+    "(e^{gamma_j dt} - e^{-2 mu dt}) / (2 mu + gamma_j) is the convolution int_0^dt e^{-2 mu "
+    "(dt - s)} q(s) ds and solves d lambda_V/d dt = -2 mu lambda_V + q, lambda_V(0) = 0",
+    source=seed(4, "C.7"),
+    kind="symbolic",
+    tolerance=0.0,
+)
+def _coloured_noise(quick: bool) -> float:
+    dt, s, mu = sp.symbols("dt s mu", positive=True)
+    gamma, c = sp.symbols("gamma c", complex=True)  # one term of the sum (the map is linear)
+    closed = c * (sp.exp(gamma * dt) - sp.exp(-2 * mu * dt)) / (2 * mu + gamma)
+    ode = sp.diff(closed, dt) - (-2 * mu * closed + c * sp.exp(gamma * dt))
+    integrand = sp.exp(-2 * mu * (dt - s)) * c * sp.exp(gamma * s)
+    convolution = sp.integrate(integrand, (s, 0, dt), conds="none")  # gamma != -2 mu
+    # the real part: the ODE has the real coefficient -2 mu, so Re commutes with it (a real
+    # gamma and c make the sum real; conjugate pairs of terms do the same)
+    return max(
+        symbolic_residual(sp.simplify(ode)),
+        symbolic_residual(closed.subs(dt, 0)),
+        symbolic_residual(sp.simplify(convolution - closed)),
+    )

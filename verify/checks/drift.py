@@ -565,3 +565,63 @@ def _pulled_back_measurement_mc(quick: bool) -> Outcome:
         f"{paths} paths x 2 systems, {n_scores} scores; uncorrected Phi_z z_j: mean |z| up to "
         f"{naive_worst:.0f}",
     )
+
+
+# --- seed 004 C.2: drift and measurement bias in RFA (issue 17, P23) -----------------------------
+
+
+def _rfa_drift_cases(quick: bool):
+    """Eigenbasis problems: ``Lambda``, ``Lambda_C`` (complex diagonals), ``u_s``, ``b_s``,
+    ``z_s``, ``dt`` and the reference prediction ``Lambda_C xhat_s + b_s`` with ``xhat_s`` from
+    the augmented exponential ``expm([[Lambda, u_s], [0, 0]] dt)`` (the seed's own device)."""
+    rng = np.random.default_rng(402)
+    for _ in range(3 if quick else 20):
+        d = int(rng.integers(1, 4))
+        lam = -rng.uniform(0.1, 1.0, d) + 1j * rng.uniform(-2.0, 2.0, d)
+        lam_c = rng.uniform(0.5, 2.0, d) * np.exp(1j * rng.uniform(-np.pi, np.pi, d))
+        u_s, b_s, z_s = (rng.normal(size=d) + 1j * rng.normal(size=d) for _ in range(3))
+        dt = rng.uniform(0.1, 2.0)
+        aug = np.zeros((d + 1, d + 1), dtype=complex)
+        aug[:d, :d], aug[:d, d] = np.diag(lam), u_s
+        flow = expm(aug * dt)
+        x_s = (z_s - b_s) / lam_c
+        reference = lam_c * (flow[:d, :d] @ x_s + flow[:d, d]) + b_s
+        yield lam, lam_c, u_s, b_s, z_s, dt, reference
+
+
+@check(
+    "drift.printed-rfa-c2-middle",
+    title="seed error: seed 004 C.2's middle display z_hat = Lambda_C e^{Lambda dt} (Lambda_C^-1 "
+    "(z_s - b) + u_s/Lambda) - u_s/Lambda + b drops Lambda_C from the last u_s/Lambda",
+    source=seed(4, "C.2 (z_hat_s,ij, first line)"),
+    kind="numeric",
+    tolerance=1e-10,
+    expect="fails",
+)
+def _printed_rfa_c2(quick: bool) -> Outcome:
+    best = np.inf
+    for lam, lam_c, u_s, b_s, z_s, dt, reference in _rfa_drift_cases(quick):
+        growth = np.exp(lam * dt)
+        printed = lam_c * growth * ((z_s - b_s) / lam_c + u_s / lam) - u_s / lam + b_s
+        best = min(best, relative_error(printed, reference))
+    return Outcome(best, "smallest relative error over the cases")
+
+
+@check(
+    "drift.corrected-rfa-c2",
+    title="seed 004 C.2: z_hat = e^{Lambda dt} (z_s + beta) - beta with beta = Lambda_C u_s / "
+    "Lambda - b_s (its final form, right), = the middle display with -Lambda_C u_s / Lambda",
+    source=seed(4, "C.2"),
+    kind="numeric",
+    tolerance=1e-10,
+)
+def _corrected_rfa_c2(quick: bool) -> float:
+    # expm of an O(1) augmented matrix against O(1) closed forms: ~1e-15; 1e-10 is generous
+    worst = 0.0
+    for lam, lam_c, u_s, b_s, z_s, dt, reference in _rfa_drift_cases(quick):
+        growth = np.exp(lam * dt)
+        beta = lam_c * u_s / lam - b_s
+        final = growth * (z_s + beta) - beta
+        middle = lam_c * growth * ((z_s - b_s) / lam_c + u_s / lam) - lam_c * u_s / lam + b_s
+        worst = max(worst, relative_error(final, reference), relative_error(middle, reference))
+    return worst
