@@ -266,9 +266,15 @@ def query_key_pairs(m: CheckedModel, data: Data, causal: bool) -> Pairs:
 
 
 def variances(m: CheckedModel, pairs: Pairs) -> rt.RTVariances:
-    """``(a, b) = (sigma_Vr^2 + gamma_r^2, sigma_Vt^2 + gamma_t^2)`` at lags ``dt = -s``."""
+    """`lag_variances` at the pairs' lags."""
+    return lag_variances(m, pairs.lag)
+
+
+def lag_variances(m, lag) -> rt.RTVariances:
+    """``(a, b) = (sigma_Vr^2 + gamma_r^2, sigma_Vt^2 + gamma_t^2)`` at lags ``dt = -s``
+    (``m``: an `RTModel` or `CheckedModel`; ``lag`` any shape)."""
     var = rt.propagated_variances(
-        -pairs.lag,
+        -lag,
         mu_r=m.mu_r,
         mu_t=m.mu_t,
         sigma_r=m.sigma_r,

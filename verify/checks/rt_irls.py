@@ -23,6 +23,7 @@ from scipy.linalg import block_diag
 from estimators import rt_irls as rti
 from estimators.closed_forms import radial_tangential as rt
 from estimators.kalman import kalman_filter
+from estimators.rt_model import lag_variances
 from sde_sim import LinearMeasurement, LinearSDE, simulate
 from sde_sim.models import rotation_generator, skew_from_vector
 from verify.problems.rt_irls import (
@@ -428,16 +429,7 @@ def _mean_field_error(quick: bool) -> Outcome:
 
 
 def _variances_array(model, s) -> np.ndarray:
-    v = rt.propagated_variances(
-        -s,
-        mu_r=model.mu_r,
-        mu_t=model.mu_t,
-        sigma_r=model.sigma_r,
-        sigma_t=model.sigma_t,
-        eta_r=model.eta_r,
-        eta_t=model.eta_t,
-    )
-    return v.tangential + model.gamma_t**2
+    return lag_variances(model, s).tangential
 
 
 # --- C30: heads decouple (issue 17) --------------------------------------------------------------

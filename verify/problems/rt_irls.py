@@ -12,7 +12,7 @@ import numpy as np
 from scipy.linalg import expm
 
 from estimators import rt_irls as rti
-from estimators.closed_forms import radial_tangential as rt
+from estimators.rt_model import lag_variances
 from sde_sim import EveryKSteps, RadialTangentialMeasurement, presets
 from sde_sim.models import skew_from_vector
 
@@ -64,16 +64,8 @@ def _rotation(omega: tuple, s: float) -> np.ndarray:
 
 
 def _variances(model, s):
-    v = rt.propagated_variances(
-        -s,
-        mu_r=model.mu_r,
-        mu_t=model.mu_t,
-        sigma_r=model.sigma_r,
-        sigma_t=model.sigma_t,
-        eta_r=model.eta_r,
-        eta_t=model.eta_t,
-    )
-    return float(v.radial) + model.gamma_r**2, float(v.tangential) + model.gamma_t**2
+    v = lag_variances(model, s)
+    return float(v.radial), float(v.tangential)
 
 
 def reference_directional(
