@@ -90,7 +90,8 @@ from kernels.layers.parameters import inverse_softplus
 from kernels.ops.common import complex_pairs
 from kernels.ops.common.lags import relaxation
 from kernels.ops.common.params import Dynamics, Robust
-from kernels.ops.unrolled import METHODS, WEIGHTS, unrolled_afa
+from kernels.ops.unrolled import unrolled_afa
+from kernels.ops.unrolled.params import check_options
 
 BASES = ("learned", "tied", "unitary", "identity")
 # Initial frequencies ``omega_k = base^{-k/n}`` (RoPE's, as the batch AFA layer).
@@ -156,12 +157,7 @@ class UnrolledAdaptiveFilterAttention(nn.Module):
                 "causal must be True: unrolled AFA is a recurrent filter, causal by construction "
                 f"(use the batch AFA layer for non-causal attention), found causal={causal!r}"
             )
-        if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
-            raise ValueError(f"iterations must be an integer K >= 1, found {iterations!r}")
-        if weight not in WEIGHTS:
-            raise ValueError(f"weight must be one of {WEIGHTS}, found {weight!r}")
-        if method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, found {method!r}")
+        check_options(iterations, weight, method)
         for name, value in (("nu", nu), ("temperature", temperature), ("step", step)):
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
                 raise ValueError(f"{name} must be a number > 0, found {value!r}")

@@ -68,6 +68,17 @@ class Problem(NamedTuple):
     prior: tuple | None
 
 
+def check_options(iterations, weight, method) -> None:
+    """The unrolled filter's discrete options: ``iterations`` an int >= 1, ``weight`` in
+    `WEIGHTS`, ``method`` in `METHODS` (ValueError naming the option)."""
+    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
+        raise ValueError(f"iterations must be an integer K >= 1, found {iterations!r}")
+    if weight not in WEIGHTS:
+        raise ValueError(f"weight must be one of {WEIGHTS}, found {weight!r}")
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, found {method!r}")
+
+
 def prepare(
     values,
     t,
@@ -84,12 +95,7 @@ def prepare(
     """Validate a call of `kernels.ops.unrolled.unrolled_afa` once (module docstring)."""
     batch, heads, steps, dim = _check_values(values)
     n = dim // 2
-    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
-        raise ValueError(f"iterations must be an integer K >= 1, found {iterations!r}")
-    if weight not in WEIGHTS:
-        raise ValueError(f"weight must be one of {WEIGHTS}, found {weight!r}")
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, found {method!r}")
+    check_options(iterations, weight, method)
     if dynamics.value is not None:
         raise ValueError("unrolled_afa takes one set of dynamics (the values are the state)")
     times = check_times(t, steps, like=values)  # (B or 1, 1, T)
