@@ -66,11 +66,21 @@ def _np_params(p):
 # --- oracle -------------------------------------------------------------------------------------
 
 
+# The closed form (the layer's route) and the naive oracle (`kernels.ops.oscillator.naive`: its
+# own float64 route, matrix exponentials of the driven system and composite Gauss-Legendre)
+# are each held to the ODE-plus-quadrature reference.
+ROUTES = {
+    "closed form": (osc.oscillator_logits, osc.oscillator_attention),
+    "naive": (osc.naive_oscillator_logits, osc.naive_oscillator_attention),
+}
+
+
+@pytest.mark.parametrize("route", sorted(ROUTES))
 @pytest.mark.parametrize("regime", sorted(REGIMES))
-def test_logits_match_ode_reference(regime):
-    """Closed-form logits (hom + driven, eq. 75) = ODE + quadrature, irregular times."""
+def test_logits_match_ode_reference(regime, route):
+    """Logits (hom + driven, eq. 75) = ODE + quadrature, irregular times."""
     t, q, k, _, kp, _ = _setup(REGIMES[regime])
-    got = osc.oscillator_logits(q, k, t, params=kp, freqs=torch.tensor(FREQS, dtype=F64))
+    got = ROUTES[route][0](q, k, t, params=kp, freqs=torch.tensor(FREQS, dtype=F64))
     want = ref.oscillator_logits(
         q[0, 0].numpy(), k[0, 0].numpy(), t.numpy(), freqs=np.array(FREQS), **_np_params(kp)
     )
@@ -79,15 +89,17 @@ def test_logits_match_ode_reference(regime):
     assert (got[0, 0][~lower] == 0).all()
 
 
+@pytest.mark.parametrize("route", sorted(ROUTES))
 @pytest.mark.parametrize("readout", ["average", "endpoint"])
-def test_attention_matches_ode_reference(readout):
-    """Whole layer (softmax of logits over value read-outs) = the numerical reference."""
+def test_attention_matches_ode_reference(readout, route):
+    """Whole layer (softmax of logits over value read-outs): weights and outputs = the
+    numerical reference."""
     t, q, k, v, kp, vp = _setup(REGIMES["over"][:1] + REGIMES["under"][1:])
     freqs = torch.tensor(FREQS, dtype=F64)
-    out, w = osc.oscillator_attention(
-        q, k, v, t, key_params=kp, value_params=vp, freqs=freqs, readout=readout,
-        need_weights=True,
-    )  # fmt: skip
+    options = {"need_weights": True} if route == "closed form" else {}
+    out, w = ROUTES[route][1](
+        q, k, v, t, key_params=kp, value_params=vp, freqs=freqs, readout=readout, **options
+    )
     out_ref, w_ref = ref.oscillator_attention(
         q[0, 0].numpy(), k[0, 0].numpy(), v[0, 0].numpy(), t.numpy(),
         key=_np_params(kp), value=_np_params(vp), freqs=np.array(FREQS), readout=readout,
@@ -97,40 +109,11 @@ def test_attention_matches_ode_reference(readout):
 
 
 # --- the naive oracle (kernels.ops.oscillator.naive) --------------------------------------------
-# Its own float64 route (matrix exponentials of the driven system, composite Gauss-Legendre):
-# measured 5e-14 to 2e-13 from the ODE reference (asserted at that test's 1e-8) and within
+# Its own float64 route (ROUTES above): measured 5e-14 to 2e-13 from the ODE reference
+# (asserted at those tests' 1e-8) and within
 # 4e-15 of the closed form at the shapes below (asserted at 1e-12: float64 round-off of two
 # independent routes, with three decades of room for the quadrature and the solver).
 NAIVE_TOL = 1e-12
-
-
-@pytest.mark.parametrize("regime", sorted(REGIMES))
-def test_naive_logits_match_ode_reference(regime):
-    """The naive oracle's logits = the ODE-plus-quadrature reference, irregular times."""
-    t, q, k, _, kp, _ = _setup(REGIMES[regime])
-    logits = osc.naive_oscillator_logits(q, k, t, params=kp, freqs=torch.tensor(FREQS, dtype=F64))
-    want = ref.oscillator_logits(
-        q[0, 0].numpy(), k[0, 0].numpy(), t.numpy(), freqs=np.array(FREQS), **_np_params(kp)
-    )
-    lower = torch.ones(6, 6, dtype=torch.bool).tril()
-    assert_close(f"logits[{regime}]", logits[0, 0][lower], torch.from_numpy(want)[lower], atol=1e-8)
-    assert (logits[0, 0][~lower] == 0).all()
-
-
-@pytest.mark.parametrize("readout", ["average", "endpoint"])
-def test_naive_attention_matches_ode_reference(readout):
-    """The naive oracle's weights and outputs = the numerical reference."""
-    t, q, k, v, kp, vp = _setup(REGIMES["over"][:1] + REGIMES["under"][1:])
-    freqs = torch.tensor(FREQS, dtype=F64)
-    out, w = osc.naive_oscillator_attention(
-        q, k, v, t, key_params=kp, value_params=vp, freqs=freqs, readout=readout
-    )
-    out_ref, w_ref = ref.oscillator_attention(
-        q[0, 0].numpy(), k[0, 0].numpy(), v[0, 0].numpy(), t.numpy(),
-        key=_np_params(kp), value=_np_params(vp), freqs=np.array(FREQS), readout=readout,
-    )  # fmt: skip
-    assert_close("weights", w[0, 0], torch.from_numpy(w_ref), atol=1e-8)
-    assert_close(f"out[{readout}]", out[0, 0], torch.from_numpy(out_ref), atol=1e-8)
 
 
 @pytest.mark.parametrize(("causal_fit", "readout"), [(True, "average"), (False, "endpoint")])
