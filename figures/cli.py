@@ -73,6 +73,8 @@ def _make(name: str, args, folder: Path, command: str) -> dict:
         "title": module.TITLE,
         "caption": module.caption(data),
         "source": module.SOURCE,
+        "seed": module.SEED,
+        "checks": figures.checks_of(module),
         "command": command,
         "quick": args.quick,
         "files": [f"{name}.{ext}" for ext in FORMATS],
@@ -83,8 +85,40 @@ def _make(name: str, args, folder: Path, command: str) -> dict:
     return record
 
 
+VERIFY_REPORT = "../verify.html"  # `make reproduce` writes out/verify.html beside out/figures/
+
+
+def check_link(check_id: str) -> str:
+    """The link from the index page to one check's row in the verification report."""
+    return f"{VERIFY_REPORT}#check-{check_id}"
+
+
+def _section(r: dict) -> list[str]:
+    e = {k: html.escape(str(v)) for k, v in r.items() if k not in ("files", "checks")}
+    png, pdf = (html.escape(f) for f in r["files"])
+    quick = " (quick)" if r.get("quick") else ""
+    checks = ", ".join(
+        f'<a href="{html.escape(check_link(c))}"><code>{html.escape(c)}</code></a>'
+        for c in r.get("checks", [])
+    )
+    return [
+        f'<section id="{e["name"]}">',
+        f"<h3>{e['title']}{quick}</h3>",
+        f'<a href="{png}"><img src="{png}" alt="{e["name"]}"></a>',
+        f"<p>{e['caption']}</p>",
+        f"<p><b>Source:</b> {e['source']}</p>",
+        *([f"<p><b>Checks of the same section:</b> {checks}</p>"] if checks else []),
+        f"<p><b>Command:</b> <code>{e['command']}</code></p>",
+        f'<p><b>Files:</b> <a href="{png}">{png}</a>, <a href="{pdf}">{pdf}</a>; made '
+        f"{e['made']} in {e['seconds']} s</p>",
+        "</section>",
+    ]
+
+
 def index_html(records: list[dict]) -> str:
-    """The index page: every figure with its title, caption, source section and command."""
+    """The index page: the figures grouped by paper, each with its title, caption, source
+    section, the `python -m verify` checks of that section (links into the report) and the
+    command that made it."""
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8"><title>filtersuite figures</title>',
@@ -92,22 +126,19 @@ def index_html(records: list[dict]) -> str:
         "img{max-width:100%;border:1px solid #ddd}code{background:#f4f4f4;padding:2px 4px}"
         "section{margin-bottom:3em}</style></head><body>",
         "<h1>filtersuite figures</h1>",
+        f'<p>Every closed form behind them: <a href="{VERIFY_REPORT}">the verification '
+        "report</a>.</p>",
     ]
+    groups: dict[str, list[dict]] = {}
     for r in records:
-        e = {k: html.escape(str(v)) for k, v in r.items() if k != "files"}
-        png, pdf = (html.escape(f) for f in r["files"])
-        quick = " (quick)" if r.get("quick") else ""
-        parts += [
-            f'<section id="{e["name"]}">',
-            f"<h2>{e['title']}{quick}</h2>",
-            f'<a href="{png}"><img src="{png}" alt="{e["name"]}"></a>',
-            f"<p>{e['caption']}</p>",
-            f"<p><b>Source:</b> {e['source']}</p>",
-            f"<p><b>Command:</b> <code>{e['command']}</code></p>",
-            f'<p><b>Files:</b> <a href="{png}">{png}</a>, <a href="{pdf}">{pdf}</a>; made '
-            f"{e['made']} in {e['seconds']} s</p>",
-            "</section>",
-        ]
+        groups.setdefault(r.get("seed", ""), []).append(r)
+    order = [*figures.PAPERS, *sorted(set(groups) - set(figures.PAPERS))]
+    for seed in (s for s in order if s in groups):
+        title = figures.PAPERS.get(seed, "Other figures")
+        heading = f"Seed {seed}: {title}" if seed in figures.PAPERS else title
+        parts.append(f'<h2 id="seed-{html.escape(seed)}">{html.escape(heading)}</h2>')
+        for r in groups[seed]:
+            parts += _section(r)
     parts.append("</body></html>\n")
     return "\n".join(parts)
 
