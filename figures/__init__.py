@@ -15,6 +15,7 @@ imported lazily through `get`.
 from __future__ import annotations
 
 import importlib
+import time
 from types import ModuleType
 
 # name -> module; the order is the order of the index page.
@@ -48,6 +49,16 @@ def get(name: str) -> ModuleType:
     if name not in FIGURES:
         raise ValueError(f"unknown figure {name!r}; known: {', '.join(FIGURES)}")
     return importlib.import_module(FIGURES[name])
+
+
+def computed(name: str, quick: bool) -> tuple[object, float]:
+    """``(data, seconds)``: figure `name`'s compute step at quick or full size (what a Dask
+    worker runs with ``--workers``/``--scheduler``: only the name goes out, the data come back)."""
+    module = get(name)
+    cfg = module.Config.quick() if quick else module.Config.full()
+    start = time.perf_counter()
+    data = module.compute(cfg)
+    return data, time.perf_counter() - start
 
 
 def checks_of(module: ModuleType) -> list[str]:

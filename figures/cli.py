@@ -1,4 +1,5 @@
-"""``python -m figures [NAMES ...] [--quick] [--out DIR] [--force] [--list]``.
+"""``python -m figures [NAMES ...] [--quick] [--out DIR] [--force] [--list] [--workers N |
+--scheduler ADDRESS]``.
 
 Writes ``DIR/figures/NAME.png``, ``NAME.pdf`` and ``NAME.json`` (title, caption, source, the
 command, the files) for each figure, then rebuilds ``DIR/figures/index.html`` from every
@@ -42,6 +43,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--force", action="store_true", help="overwrite existing figure files")
     parser.add_argument("--list", action="store_true", help="list the figures and exit")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="compute the figures on N local Dask worker processes (needs "
+        "filtersuite[distributed])",
+    )
+    where.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="compute the figures on the Dask cluster at ADDRESS (e.g. tcp://host:8786)",
+    )
     return parser
 
 
@@ -53,11 +67,10 @@ def _write_text(path: Path, text: str, overwrite: bool) -> None:
     atomic_write(path, lambda fh: fh.write(text.encode()), overwrite=overwrite)
 
 
-def _make(name: str, args, folder: Path, command: str) -> dict:
+def _write(name: str, data, seconds: float, args, folder: Path, command: str) -> dict:
+    """Plot `data`, write the PNG, PDF and JSON record of figure `name`; returns the record."""
     module = figures.get(name)
-    cfg = module.Config.quick() if args.quick else module.Config.full()
     start = time.perf_counter()
-    data = module.compute(cfg)
     fig = module.plot(data)
     from figures import style
 
@@ -78,11 +91,25 @@ def _make(name: str, args, folder: Path, command: str) -> dict:
         "command": command,
         "quick": args.quick,
         "files": [f"{name}.{ext}" for ext in FORMATS],
-        "seconds": round(time.perf_counter() - start, 2),
+        "seconds": round(seconds + time.perf_counter() - start, 2),
         "made": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
     }
     _write_text(folder / f"{name}.json", json.dumps(record, indent=2) + "\n", args.force)
     return record
+
+
+def _computed_all(names: list[str], args):
+    """``(name, data, seconds)`` for each figure, in order: here one after another, or on a Dask
+    cluster (`figures.distributed`) with ``--workers``/``--scheduler``."""
+    if args.workers is None and args.scheduler is None:
+        for name in names:
+            yield (name, *figures.computed(name, args.quick))
+        return
+    from figures.distributed import computed_on_cluster
+
+    yield from computed_on_cluster(
+        names, quick=args.quick, workers=args.workers, scheduler=args.scheduler
+    )
 
 
 VERIFY_REPORT = "../verify.html"  # `make reproduce` writes out/verify.html beside out/figures/
@@ -164,6 +191,8 @@ def run(argv: list[str]) -> None:
             module = figures.get(name)
             print(f"{name:<20} {module.TITLE}  [{module.SOURCE}]")
         return
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f"--workers must be >= 1, got {args.workers}")
     unknown = [n for n in args.names if n not in figures.FIGURES]
     if unknown:
         raise UsageError(
@@ -181,8 +210,8 @@ def run(argv: list[str]) -> None:
             more = f" (and {len(existing) - 1} more)" if len(existing) > 1 else ""
             raise UsageError(f"{existing[0]} exists{more}; pass --force to overwrite")
     command = shlex.join([*PROG.split(), *argv])
-    for name in names:
-        record = _make(name, args, folder, command)
+    for name, data, seconds in _computed_all(names, args):
+        record = _write(name, data, seconds, args, folder, command)
         print(f"{name}: wrote {folder / name}.{{png,pdf}} in {record['seconds']:.1f} s")
     _write_text(folder / INDEX, index_html(_records(folder)), overwrite=True)
     print(f"index: {folder / INDEX}")
