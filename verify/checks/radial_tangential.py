@@ -1286,3 +1286,107 @@ def _c7_validity_regime(quick: bool) -> Outcome:
     within = gaps[0] > 1.0 and gaps[-1] < 0.02  # the claim's two sides, else the check fails
     residual = float(np.max(np.abs(euler / exact - 1))) if within else float("inf")
     return Outcome(residual, f"m(T)/m_hat - 1: {shown}")
+
+
+# --- C11: the directional residual's variance Sigma_theta,ij (issue 17) --------------------------
+
+# (mu_r, mu_t) cases: equal rates (where the printed and the corrected forms coincide) and both
+# orders of unequal ones. Noise scales are ~5e-3 of the magnitude: the linearised angular
+# variances are then exact to a relative O(5e-3^2), far below the Monte Carlo error.
+C11_RATES = ((0.5, 0.5), (0.2, 1.0), (1.0, 0.2))
+_C11 = {"sigma_r": 0.3, "sigma_t": 0.4, "eta_r": 0.2, "eta_t": 0.5, "m0": 100.0, "dt": 1.0}
+
+
+def c11_residuals(mu_r: float, mu_t: float, paths: int, seed: int = 81):
+    """Squared directional residuals and both forms of their predicted mean, each (paths,).
+
+    A key measured at ``t_j = 0`` from ``x_j = m0 u0`` and a query at ``t_i = dt`` on the
+    frozen-frame RT-SDE (sampled exactly, anchored at ``u0``), both measured with radial and
+    tangential noise ``eta_r``, ``eta_t`` about the true direction. The residual is
+    ``r = u_z,i - u^_ij`` with ``u^_ij = e^{Omega dt} u_z,j`` (eq. 9: the key direction is
+    carried by the rotation alone). Linearising the normalisation (``J_pi(m u) = P_T(u) / m``):
+
+        E|r|^2 = (d - 1) (eta_t^2 / m_i^2 + sigma_t^2 phi(mu_t, dt) / m^_ij^2 + eta_t^2 / m_j^2)
+
+    with ``m^_ij = m_j e^{-mu_r dt}``: the process noise gathered between the two times, seen at
+    the predicted magnitude, and the key's own measurement noise, which the rotation leaves at
+    its angular size ``eta_t / m_j``. The seed's ``Sigma_theta,ij`` (B.5, eq. 10) puts the whole
+    propagated tangential variance ``sigma_Vt^2(dt) = sigma_t^2 phi + e^{-2 mu_t dt} eta_t^2``
+    over ``m^_ij^2``: the key's measurement term becomes ``e^{-2 (mu_t - mu_r) dt} eta_t^2 /
+    m_j^2``, right only when ``mu_t = mu_r``. Returns ``(|r|^2, printed, corrected)`` with the
+    query magnitude ``m_i = |x_i|`` per path; ``seed`` draws the paths and the noise.
+    """
+    c, d = _C11, 3
+    Omega = skew_from_vector([0.3, -0.5, 0.4])
+    sde = RadialTangentialSDE(
+        Omega, mu_r=mu_r, mu_t=mu_t, sigma_r=c["sigma_r"], sigma_t=c["sigma_t"], mode="frozen-frame"
+    )
+    u0 = np.array([1.0, 2.0, 2.0]) / 3.0
+    x = simulate_exact(
+        sde,
+        np.tile(c["m0"] * u0, (paths, 1)),
+        BrownianPath(seed, TimeGrid.uniform(c["dt"], 1), paths, d),
+    )
+    meas = RadialTangentialMeasurement(eta_r=c["eta_r"], eta_t=c["eta_t"])
+    rng = np.random.default_rng(seed + 1000)
+
+    def direction(x_true):
+        u_true = x_true / np.linalg.norm(x_true, axis=1, keepdims=True)
+        z = meas.observe(x_true, u_true, rng.standard_normal(x_true.shape))
+        return z / np.linalg.norm(z, axis=1, keepdims=True)
+
+    u_key, u_query = direction(x[:, 0]), direction(x[:, 1])
+    r2 = np.sum((u_query - u_key @ expm(Omega * c["dt"]).T) ** 2, axis=1)
+    m_i2, m_j2 = np.sum(x[:, 1] ** 2, axis=1), c["m0"] ** 2
+    m_hat2 = m_j2 * np.exp(-2 * mu_r * c["dt"])
+    var = rt.propagated_variances(
+        -c["dt"], mu_r=mu_r, mu_t=mu_t, sigma_r=c["sigma_r"], sigma_t=c["sigma_t"], eta_t=c["eta_t"]
+    ).tangential
+    process = var - np.exp(-2 * mu_t * c["dt"]) * c["eta_t"] ** 2  # sigma_t^2 phi(mu_t, dt)
+    query = c["eta_t"] ** 2 / m_i2
+    printed = (d - 1) * (query + var / m_hat2)
+    corrected = (d - 1) * (query + process / m_hat2 + c["eta_t"] ** 2 / m_j2)
+    return r2, printed, corrected
+
+
+def _c11_scores(quick: bool, form: int) -> np.ndarray:
+    """Paired z-scores of ``mean(|r|^2 - predicted)`` per `C11_RATES` case (form 1: printed,
+    2: corrected)."""
+    paths = 50_000 if quick else 400_000
+    scores = []
+    for case, (mu_r, mu_t) in enumerate(C11_RATES):
+        runs = c11_residuals(mu_r, mu_t, paths, seed=81 + case)  # independent draws per case
+        gap = runs[0] - runs[form]
+        scores.append(gap.mean() / (gap.std(ddof=1) / np.sqrt(paths)))
+    return np.array(scores)
+
+
+@check(
+    "radial_tangential.printed-c11-angular-variance",
+    title="seed 003 B.5 / eq. 10's Sigma_theta,ij = sigma_Sigma_t,i^2 / m_i^2 + sigma_Sigma_t,j^2"
+    "(dt) / m^_ij^2 as the mean of |u_z,i - e^{Omega dt} u_z,j|^2 / (d - 1): a Monte Carlo with "
+    "mu_t != mu_r rejects it (the key's measurement noise is not damped by e^{-(mu_t - mu_r) dt})",
+    source=seed(3, "B.5 (angular variance), eqs. 9-10; seed 003 digest C11"),
+    kind="statistical",
+    tolerance=SIGMA_LEVEL,
+    expect="fails",
+)
+def _printed_c11(quick: bool) -> Outcome:
+    z = _c11_scores(quick, 1)
+    shown = ", ".join(f"{s:+.1f}" for s in z)
+    return Outcome(float(np.max(np.abs(z))), f"z per (mu_r, mu_t) in {C11_RATES}: {shown}")
+
+
+@check(
+    "radial_tangential.corrected-c11-angular-variance",
+    title="seed 003 C11 corrected: E|u_z,i - e^{Omega dt} u_z,j|^2 = (d - 1)(eta_t^2 / m_i^2 + "
+    "sigma_t^2 phi(mu_t, dt) / m^_ij^2 + eta_t^2 / m_j^2), by Monte Carlo on the exact "
+    "frozen-frame RT-SDE (equal and unequal mu_r, mu_t)",
+    source=seed(3, "B.5 (angular variance), eqs. 9-10; seed 003 digest C11"),
+    kind="statistical",
+    tolerance=SIGMA_LEVEL,
+)
+def _corrected_c11(quick: bool) -> Outcome:
+    z = _c11_scores(quick, 2)
+    shown = ", ".join(f"{s:+.1f}" for s in z)
+    return Outcome(float(np.max(np.abs(z))), f"z per (mu_r, mu_t) in {C11_RATES}: {shown}")
