@@ -11,7 +11,7 @@ direction is a tangent-plane Gaussian observation of ``u_i`` with directional pr
 as printed. As the variance of ``u_z,i - u^_ij`` it holds only for ``mu_t = mu_r``: the rotation
 carries the key's measurement noise undamped, so the key's term is really ``sigma_t^2
 phi(mu_t, dt) / m^_ij^2 + eta_t^2 / m_j^2`` (checks
-``radial_tangential.corrected-c11-angular-variance`` and the printed form's failure beside it);
+``radial_tangential.corrected-c11-angular-var`` and the printed form's failure beside it);
 the estimator keeps the seed's form. With
 ``d_ij^2 = 2 kappa_ij (1 - u . u^_ij) = kappa_ij |u - u^_ij|^2`` (eq. 11), the exact MLE (eq. 12)
 maximises ``u . sum_j kappa_ij u^_ij`` on the sphere:

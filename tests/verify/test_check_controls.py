@@ -2,9 +2,11 @@
 the same criterion, fed a case where the claim is false, must reject it."""
 
 import numpy as np
+import torch
 
 from verify.checks.osciformer_theory import chaos_margin
 from verify.checks.radial_tangential import C7_RATIOS, c7_magnitudes, m2_spread
+from verify.checks.rfa_extensions import c5_scores, factorised_decay_fp32
 
 
 def test_chaos_criterion_rejects_a_periodic_map():
@@ -29,3 +31,19 @@ def test_c7_criterion_rejects_a_wrong_tangential_noise():
     ~20% at 0.3 m_star, which the bound must catch."""
     exact, euler, _ = c7_magnitudes(C7_RATIOS, 1000, sigma_t=0.6)
     assert np.max(np.abs(euler / exact - 1)) > 0.1
+
+
+def test_c5_criterion_rejects_parts_of_the_full_variance():
+    """`rfa_extensions.c5-circular-sampling` (5 sigma) on parts drawn with variance Lambda_total
+    instead of Lambda_total / 2: E|eps|^2 doubles."""
+    assert np.max(np.abs(c5_scores(20_000, part_variance=1.0))) > 50
+
+
+def test_p22_factorised_decay_is_exact_below_the_onset():
+    """The overflow demo's factorised kernel is the decay itself where it is finite (so the
+    check measures overflow, not a wrong kernel): mu = 0.1 and T = 800 < 888."""
+    got = factorised_decay_fp32([0.1], 800)[0].double()
+    lag = torch.arange(800.0)[:, None] - torch.arange(800.0)[None, :]
+    want = torch.where(lag >= 0, torch.exp(-0.1 * lag.double()), torch.zeros(()))
+    assert torch.isfinite(got).all()
+    assert (got - want).abs().max() < 1e-4

@@ -1362,7 +1362,7 @@ def _c11_scores(quick: bool, form: int) -> np.ndarray:
 
 
 @check(
-    "radial_tangential.printed-c11-angular-variance",
+    "radial_tangential.printed-c11-angular-var",
     title="seed 003 B.5 / eq. 10's Sigma_theta,ij = sigma_Sigma_t,i^2 / m_i^2 + sigma_Sigma_t,j^2"
     "(dt) / m^_ij^2 as the mean of |u_z,i - e^{Omega dt} u_z,j|^2 / (d - 1): a Monte Carlo with "
     "mu_t != mu_r rejects it (the key's measurement noise is not damped by e^{-(mu_t - mu_r) dt})",
@@ -1378,7 +1378,7 @@ def _printed_c11(quick: bool) -> Outcome:
 
 
 @check(
-    "radial_tangential.corrected-c11-angular-variance",
+    "radial_tangential.corrected-c11-angular-var",
     title="seed 003 C11 corrected: E|u_z,i - e^{Omega dt} u_z,j|^2 = (d - 1)(eta_t^2 / m_i^2 + "
     "sigma_t^2 phi(mu_t, dt) / m^_ij^2 + eta_t^2 / m_j^2), by Monte Carlo on the exact "
     "frozen-frame RT-SDE (equal and unequal mu_r, mu_t)",
