@@ -47,3 +47,17 @@ def test_p22_factorised_decay_is_exact_below_the_onset():
     want = torch.where(lag >= 0, torch.exp(-0.1 * lag.double()), torch.zeros(()))
     assert torch.isfinite(got).all()
     assert (got - want).abs().max() < 1e-4
+
+
+def test_kernel_quadrature_check_rejects_a_wrong_kernel(monkeypatch):
+    """`oscillator.kernels-52-61-vs-quadrature` (1e-9) when (53) loses its ``+ lambda`` term."""
+    from verify.checks import oscillator
+
+    printed_s = oscillator._printed_s
+
+    def broken_s(g, lam, delta):
+        return printed_s(g, lam, delta) - lam / (g**2 + lam**2)
+
+    assert oscillator._kernels_vs_quadrature(True).residual < 1e-9
+    monkeypatch.setattr(oscillator, "_printed_s", broken_s)
+    assert oscillator._kernels_vs_quadrature(True).residual > 1e-2

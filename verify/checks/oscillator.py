@@ -878,3 +878,156 @@ def _mc_stationary(quick: bool) -> Outcome:
         for j in (10, n):
             worst = max(worst, float(np.max(np.abs(whitened_scores(x[:, j], P)))))
     return Outcome(worst, f"{paths} paths per regime, t = 1 and 3; max |z|")
+
+
+# --- A.5.1: the exponential-trigonometric kernels (52)-(61) and (76) as printed (issue 17) -------
+
+_G, _L, _DELTA, _S = sp.symbols("gamma lambda Delta s", real=True)
+
+
+def _printed_c(g, lam, delta):
+    """(52) ``C_gamma(Delta, lambda)`` as printed (SymPy or numpy arguments)."""
+    exp, cos, sin = (
+        (sp.exp, sp.cos, sp.sin) if isinstance(g, sp.Basic) else (np.exp, np.cos, np.sin)
+    )
+    return (exp(-g * delta) * (-g * cos(lam * delta) + lam * sin(lam * delta)) + g) / (
+        g**2 + lam**2
+    )
+
+
+def _printed_s(g, lam, delta):
+    """(53) ``S_gamma(Delta, lambda)`` as printed."""
+    exp, cos, sin = (
+        (sp.exp, sp.cos, sp.sin) if isinstance(g, sp.Basic) else (np.exp, np.cos, np.sin)
+    )
+    return (exp(-g * delta) * (-g * sin(lam * delta) - lam * cos(lam * delta)) + lam) / (
+        g**2 + lam**2
+    )
+
+
+def printed_products(g, a, b, delta) -> dict[str, float]:
+    """(54)-(57): ``int_0^Delta e^{-gamma s} f(a s) h(b s) ds`` for (f, h) = (cos, cos), (sin,
+    sin), (sin, cos), (cos, sin), from (52)-(53) as printed; (58)-(61) at ``gamma = 0``."""
+    c_minus, c_plus = _printed_c(g, a - b, delta), _printed_c(g, a + b, delta)
+    s_minus, s_plus = _printed_s(g, a - b, delta), _printed_s(g, a + b, delta)
+    return {
+        "cc": (c_minus + c_plus) / 2,
+        "ss": (c_minus - c_plus) / 2,
+        "sc": (s_plus + s_minus) / 2,
+        "cs": (s_plus - s_minus) / 2,
+    }
+
+
+def printed_undamped(a, b, delta) -> dict[str, float]:
+    """(58)-(61) as printed (``gamma = 0``, ``a != b``)."""
+    p, m = a + b, a - b
+    return {
+        "cc": np.sin(m * delta) / (2 * m) + np.sin(p * delta) / (2 * p),
+        "ss": np.sin(m * delta) / (2 * m) - np.sin(p * delta) / (2 * p),
+        "sc": (1 - np.cos(p * delta)) / (2 * p) + (1 - np.cos(m * delta)) / (2 * m),
+        "cs": (1 - np.cos(p * delta)) / (2 * p) + (1 - np.cos(-m * delta)) / (2 * -m),
+    }
+
+
+def printed_equal_frequencies(a, delta) -> dict[str, float]:
+    """The printed ``a = b`` limits of (58)-(61)."""
+    return {
+        "cc": delta / 2 + np.sin(2 * a * delta) / (4 * a),
+        "ss": delta / 2 - np.sin(2 * a * delta) / (4 * a),
+        "sc": (1 - np.cos(2 * a * delta)) / (4 * a),
+        "cs": (1 - np.cos(2 * a * delta)) / (4 * a),
+    }
+
+
+@functools.cache
+def _s_weighted():
+    """(76)'s s-weighted integrals as ``-d/dgamma`` of (52)-(53), numpy functions of
+    ``(gamma, lambda, Delta)``."""
+    args = (_G, _L, _DELTA)
+    return tuple(
+        sp.lambdify(args, -sp.diff(f(*args), _G), "numpy") for f in (_printed_c, _printed_s)
+    )
+
+
+def _quadrature(power: int, gamma, f, a, h, b, delta) -> float:
+    """``int_0^Delta s^power e^{-gamma s} f(a s) h(b s) ds`` by adaptive quadrature."""
+    from scipy.integrate import quad
+
+    def integrand(s):
+        return s**power * np.exp(-gamma * s) * f(a * s) * h(b * s)
+
+    return quad(integrand, 0.0, delta, epsabs=1e-13, epsrel=1e-12, limit=400)[0]
+
+
+TRIG = {"c": np.cos, "s": np.sin}
+
+
+@check(
+    "oscillator.kernels-52-53-proved",
+    title="A.5.1 (52)-(53): d/dDelta of the printed C_gamma, S_gamma is e^{-gamma Delta} cos, sin "
+    "(lambda Delta) and both vanish at Delta = 0; the a = b limits of (58)-(61) as printed",
+    source=seed(2, "A.5.1, eqs. (52)-(61)"),
+    kind="symbolic",
+    tolerance=0.0,
+)
+def _kernels_proved(quick: bool) -> float:
+    c, s = _printed_c(_G, _L, _DELTA), _printed_s(_G, _L, _DELTA)
+    a, b = sp.symbols("a b", positive=True)
+    p, m = a + b, a - b
+    undamped = {
+        "cc": sp.sin(m * _DELTA) / (2 * m) + sp.sin(p * _DELTA) / (2 * p),
+        "ss": sp.sin(m * _DELTA) / (2 * m) - sp.sin(p * _DELTA) / (2 * p),
+        "sc": (1 - sp.cos(p * _DELTA)) / (2 * p) + (1 - sp.cos(m * _DELTA)) / (2 * m),
+    }
+    limits = {
+        "cc": _DELTA / 2 + sp.sin(2 * a * _DELTA) / (4 * a),
+        "ss": _DELTA / 2 - sp.sin(2 * a * _DELTA) / (4 * a),
+        "sc": (1 - sp.cos(2 * a * _DELTA)) / (4 * a),
+    }
+    residuals = [
+        sp.diff(c, _DELTA) - sp.exp(-_G * _DELTA) * sp.cos(_L * _DELTA),
+        sp.diff(s, _DELTA) - sp.exp(-_G * _DELTA) * sp.sin(_L * _DELTA),
+        c.subs(_DELTA, 0),
+        s.subs(_DELTA, 0),
+        *(sp.limit(undamped[k], b, a) - limits[k] for k in undamped),
+    ]
+    return max(symbolic_residual(r) for r in residuals)
+
+
+@check(
+    "oscillator.kernels-52-61-vs-quadrature",
+    title="A.5.1 (52)-(61) as printed (damped products, undamped a != b, a = b limits) and (76)'s "
+    "s-weighted integrals as -d/dgamma of (52)-(53), against adaptive quadrature",
+    source=seed(2, "A.5.1, eqs. (52)-(61); A.5.4, eq. (76)"),
+    kind="numeric",
+    tolerance=1e-9,
+)
+def _kernels_vs_quadrature(quick: bool) -> Outcome:
+    # quad is asked for 1e-12 relative on integrals of size >= ~1e-2 over at most ~60
+    # oscillations; the printed forms lose at most ~1e-12 to cancellation when a - b or lambda
+    # is ~0.05 (the smallest gaps drawn): 1e-9 leaves three orders of headroom.
+    rng = np.random.default_rng(93)
+    worst, count = 0.0, 0
+    for _ in range(6 if quick else 40):
+        g, delta = rng.uniform(0.0, 2.0), rng.uniform(0.2, 8.0)
+        a = rng.uniform(0.1, 5.0)
+        b = a + rng.choice([-1, 1]) * rng.uniform(0.05, 3.0)
+        b = abs(b) if abs(b) > 0.05 else b + 0.1
+        forms = {
+            "damped": (g, printed_products(g, a, b, delta)),
+            "undamped": (0.0, printed_undamped(a, b, delta)),
+            "equal": (0.0, printed_equal_frequencies(a, delta)),
+        }
+        for name, (gam, values) in forms.items():
+            freq_b = a if name == "equal" else b
+            for key, value in values.items():
+                ref = _quadrature(0, gam, TRIG[key[0]], a, TRIG[key[1]], freq_b, delta)
+                worst = max(worst, abs(value - ref) / max(abs(ref), 1e-2))
+                count += 1
+        c_weighted, s_weighted = _s_weighted()
+        lam = rng.uniform(0.05, 5.0)
+        for fn, trig in ((c_weighted, np.cos), (s_weighted, np.sin)):
+            ref = _quadrature(1, g, trig, lam, np.cos, 0.0, delta)
+            worst = max(worst, abs(float(fn(g, lam, delta)) - ref) / max(abs(ref), 1e-2))
+            count += 1
+    return Outcome(worst, f"{count} kernel values")
