@@ -61,3 +61,12 @@ def test_kernel_quadrature_check_rejects_a_wrong_kernel(monkeypatch):
     assert oscillator._kernels_vs_quadrature(True).residual < 1e-9
     monkeypatch.setattr(oscillator, "_printed_s", broken_s)
     assert oscillator._kernels_vs_quadrature(True).residual > 1e-2
+
+
+def test_corollary1_bounds_fail_without_its_choice_of_damping():
+    """`osciformer_theory.cor1-damped-bank` (ratios <= 1) on a bank damped by 0.5 per mode,
+    far beyond the corollary's gammabar: the keys leave the eps = 0.1 tube."""
+    from verify.checks.osciformer_theory import corollary1_ratios
+
+    assert corollary1_ratios(np.random.default_rng(56), 0.1)[0] < 1
+    assert corollary1_ratios(np.random.default_rng(56), 0.1, damping=0.5)[0] > 1
