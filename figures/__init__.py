@@ -26,6 +26,11 @@ FIGURES: dict[str, str] = {
     "covariance_vs_lag": "figures.covariance_vs_lag",
     "training_curves": "figures.training_curves",
     "convergence_vs_data": "figures.convergence_vs_data",
+    "rt_sphere_trajectories": "figures.rt_sphere_trajectories",
+    "rfa_ensemble": "figures.rfa_ensemble",
+    "rfa_regimes": "figures.rfa_regimes",
+    "rfa_damping": "figures.rfa_damping",
+    "rope_spectra": "figures.rope_spectra",
 }
 
 

@@ -16,6 +16,8 @@ from figures import (
     fig1_trajectories,
     fig2_pulled_forward,
     fig3_attention_maps,
+    rfa_ensemble,
+    rt_sphere_trajectories,
     trained,
 )
 from sde_sim import presets
@@ -195,6 +197,10 @@ def small_cli(monkeypatch):
     monkeypatch.setattr(
         convergence_vs_data.Config, "quick", classmethod(lambda cls: cls(sizes=(8, 16), steps=2))
     )
+    monkeypatch.setattr(
+        rt_sphere_trajectories.Config, "quick", classmethod(lambda cls: cls(n_paths=8))
+    )
+    monkeypatch.setattr(rfa_ensemble.Config, "quick", classmethod(lambda cls: cls(n_paths=8)))
 
 
 def test_cli_writes_refuses_and_forces(tmp_path, capsys, small_cli):
