@@ -33,7 +33,11 @@ NAME = "rope_spectra"
 TITLE = "Seed 004 Fig. 5: eigenvalue spectra of RoPE + isotropic decay and of SC-RoPE"
 SOURCE = "seed 004 section 3.4, appendix C.1, Fig. 5 (b = 1.0)"
 SEED = "004"
-CHECKS: tuple[str, ...] = ()
+CHECKS: tuple[str, ...] = (
+    "rfa_extensions.sc-equal-cycles",
+    "rfa_extensions.printed-sc-balanced-b1",
+    "rfa_extensions.corrected-sc-balanced",
+)
 ENCODINGS = ("RoPE + isotropic decay", "SC-RoPE")
 
 
@@ -185,7 +189,10 @@ def caption(data: Data) -> str:
         f"{sc.rank_correlation:.2f} (coupled); mean mu of the slowest / fastest quarter of "
         f"modes {rs:.3g} / {rf:.3g} (isotropic) vs {ss:.3g} / {sf:.3g} (coupled); largest "
         f"cycles per e-folding time of a decaying mode {rope.max_cycles:.3g} (isotropic) vs "
-        f"{sc.max_cycles:.3g} (coupled; bound 1/(2 pi b) = {1 / (2 * np.pi * cfg.damping):.3g})."
+        f"{sc.max_cycles:.3g} (coupled; bound 1/(2 pi b) = {1 / (2 * np.pi * cfg.damping):.3g}). "
+        "Paper (C.1): b ~ 1 makes the decay time match the rotation period; here at b = 1 a "
+        "decaying head's fastest mode turns 1/(2 pi) ~ 0.16 of a cycle per e-folding time: "
+        "the two match at b = 1/(2 pi) (check rfa_extensions.printed-sc-balanced-b1)."
     )
 
 

@@ -164,3 +164,66 @@ def _c6_horizon(quick: bool) -> float:
     decay = sp.exp(-mu * (lag + ahead)) - zeta * sp.exp(-mu * lag)
     offset = variance(lag + ahead) - (zeta**2 * variance(lag) + sigma2 * phi(ahead))
     return max(symbolic_residual(decay), symbolic_residual(offset))
+
+
+# --- 3.4 / C.1: spectral coupling mu_h = b max(omega_h) (digest P29) ------------------------------
+
+
+def cycles_per_e_folding(damping: float, heads: int = 8, frequencies: int = 16) -> np.ndarray:
+    """Cycles of each decaying head's fastest mode per e-folding time ``1 / mu_h``, from the
+    suite's `spectral_coupling` (the SC-RoPE / SC-RFA spectrum): ``max(omega_h) / (2 pi mu_h)``."""
+    from kernels.ops.common.positional import spectral_coupling
+
+    spectrum = spectral_coupling(heads, frequencies, damping=damping, dtype=torch.float64)
+    fastest = spectrum.frequencies.abs().amax(dim=1)
+    decaying = spectrum.decay > 0
+    return (fastest[decaying] / (2 * math.pi * spectrum.decay[decaying])).numpy()
+
+
+@check(
+    "rfa_extensions.sc-equal-cycles",
+    title="seed 004 3.4 / C.1: with mu_h = b max(omega_h) every decaying head keeps its fastest "
+    "mode for the same 1 / (2 pi b) cycles per e-folding time (the suite's spectral_coupling, "
+    "b in 0.05, 0.159, 1; residual: relative spread)",
+    source=seed(4, "3.4, C.1 (spectral coupling); seed 004 digest P29"),
+    kind="numeric",
+    tolerance=1e-12,
+)
+def _sc_equal_cycles(quick: bool) -> Outcome:
+    worst = 0.0
+    for b in (0.05, 1 / (2 * math.pi), 1.0):
+        cycles = cycles_per_e_folding(b)
+        worst = max(worst, float(np.max(np.abs(cycles * (2 * math.pi * b) - 1.0))))
+    return Outcome(worst, f"b = 1: {cycles_per_e_folding(1.0)[0]:.4f} cycles per e-folding")
+
+
+def _balance_gap(b):
+    """Decay time ``1 / mu`` minus the rotation period ``2 pi / omega``, in periods, for
+    ``mu = b omega`` (SymPy)."""
+    omega = sp.symbols("omega", positive=True)
+    return (1 / (b * omega) - 2 * sp.pi / omega) / (2 * sp.pi / omega)
+
+
+@check(
+    "rfa_extensions.printed-sc-balanced-b1",
+    title="seed 004 C.1: 'b ~ 1: the decay time matches the rotational period'; with mu = b "
+    "omega_max the decay time 1 / mu is 1 / (2 pi) of the period at b = 1 (off by 2 pi)",
+    source=seed(4, "C.1 (spectral coupling, 'b ~ 1 ... balanced regime')"),
+    kind="symbolic",
+    tolerance=0.0,
+    expect="fails",
+)
+def _printed_sc_balance(quick: bool) -> float:
+    return symbolic_residual(_balance_gap(sp.Integer(1)))
+
+
+@check(
+    "rfa_extensions.corrected-sc-balanced",
+    title="seed 004 C.1 corrected: the decay time 1 / mu equals the rotation period 2 pi / "
+    "omega_max at b = 1 / (2 pi) ~ 0.16 (proved)",
+    source=seed(4, "C.1 (spectral coupling)"),
+    kind="symbolic",
+    tolerance=0.0,
+)
+def _corrected_sc_balance(quick: bool) -> float:
+    return symbolic_residual(_balance_gap(1 / (2 * sp.pi)))
