@@ -3,7 +3,9 @@
 Each figure module defines ``NAME``, ``TITLE``, ``SOURCE`` (seed and section), a frozen
 ``Config`` with ``Config.quick()`` / ``Config.full()``, ``compute(cfg) -> data`` (numbers only,
 no matplotlib), ``plot(data) -> matplotlib.figure.Figure``, ``caption(data) -> str`` and
-``main()``. ``python -m figures [NAMES ...] [--quick] [--out DIR] [--force] [--list]`` writes
+``main()``, plus ``SEED`` (the paper, ``"000"`` to ``"004"``) and ``CHECKS`` (ids or globs of
+the ``python -m verify`` checks of the same section, which the index page links to).
+``python -m figures [NAMES ...] [--quick] [--out DIR] [--force] [--list]`` writes
 ``DIR/figures/NAME.png`` and ``.pdf`` and an index page ``DIR/figures/index.html``.
 
 Only this package (and the ``--plot`` flags of the CLIs) imports matplotlib; figure modules are
@@ -13,6 +15,7 @@ imported lazily through `get`.
 from __future__ import annotations
 
 import importlib
+import time
 from types import ModuleType
 
 # name -> module; the order is the order of the index page.
@@ -26,6 +29,16 @@ FIGURES: dict[str, str] = {
 }
 
 
+# The papers, in the order of the index page's groups (seed number -> short name).
+PAPERS: dict[str, str] = {
+    "000": "Adaptive Filter Attention (AFA)",
+    "001": "Kalman Linear Attention (KLA)",
+    "002": "The oscillator transformer (OsciFormer)",
+    "003": "The RT-Transformer",
+    "004": "Robust Filter Attention (RFA)",
+}
+
+
 def names() -> list[str]:
     """The registered figure names, in index order."""
     return list(FIGURES)
@@ -36,3 +49,34 @@ def get(name: str) -> ModuleType:
     if name not in FIGURES:
         raise ValueError(f"unknown figure {name!r}; known: {', '.join(FIGURES)}")
     return importlib.import_module(FIGURES[name])
+
+
+def computed(name: str, quick: bool) -> tuple[object, float]:
+    """``(data, seconds)``: figure `name`'s compute step at quick or full size (what a Dask
+    worker runs with ``--workers``/``--scheduler``: only the name goes out, the data come back)."""
+    module = get(name)
+    cfg = module.Config.quick() if quick else module.Config.full()
+    start = time.perf_counter()
+    data = module.compute(cfg)
+    return data, time.perf_counter() - start
+
+
+def checks_of(module: ModuleType) -> list[str]:
+    """The registered `verify` check ids a figure module's ``CHECKS`` name, in registry order.
+
+    Each entry is an exact id or a glob (``*?[``); an entry that matches no registered check is
+    an error, so a renamed check cannot silently drop out of the index page.
+    """
+    import fnmatch
+
+    from verify import registry
+
+    known = [c.id for c in registry.select()]
+    found: list[str] = []
+    for entry in module.CHECKS:
+        glob = any(ch in entry for ch in "*?[")
+        hits = [i for i in known if (fnmatch.fnmatchcase(i, entry) if glob else i == entry)]
+        if not hits:
+            raise ValueError(f"{module.NAME}: CHECKS entry {entry!r} matches no verify check")
+        found += [i for i in hits if i not in found]
+    return found

@@ -1,4 +1,5 @@
-"""``python -m figures [NAMES ...] [--quick] [--out DIR] [--force] [--list]``.
+"""``python -m figures [NAMES ...] [--quick] [--out DIR] [--force] [--list] [--workers N |
+--scheduler ADDRESS]``.
 
 Writes ``DIR/figures/NAME.png``, ``NAME.pdf`` and ``NAME.json`` (title, caption, source, the
 command, the files) for each figure, then rebuilds ``DIR/figures/index.html`` from every
@@ -42,6 +43,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--force", action="store_true", help="overwrite existing figure files")
     parser.add_argument("--list", action="store_true", help="list the figures and exit")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="compute the figures on N local Dask worker processes (needs "
+        "filtersuite[distributed])",
+    )
+    where.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="compute the figures on the Dask cluster at ADDRESS (e.g. tcp://host:8786)",
+    )
     return parser
 
 
@@ -53,11 +67,10 @@ def _write_text(path: Path, text: str, overwrite: bool) -> None:
     atomic_write(path, lambda fh: fh.write(text.encode()), overwrite=overwrite)
 
 
-def _make(name: str, args, folder: Path, command: str) -> dict:
+def _write(name: str, data, seconds: float, args, folder: Path, command: str) -> dict:
+    """Plot `data`, write the PNG, PDF and JSON record of figure `name`; returns the record."""
     module = figures.get(name)
-    cfg = module.Config.quick() if args.quick else module.Config.full()
     start = time.perf_counter()
-    data = module.compute(cfg)
     fig = module.plot(data)
     from figures import style
 
@@ -73,18 +86,66 @@ def _make(name: str, args, folder: Path, command: str) -> dict:
         "title": module.TITLE,
         "caption": module.caption(data),
         "source": module.SOURCE,
+        "seed": module.SEED,
+        "checks": figures.checks_of(module),
         "command": command,
         "quick": args.quick,
         "files": [f"{name}.{ext}" for ext in FORMATS],
-        "seconds": round(time.perf_counter() - start, 2),
+        "seconds": round(seconds + time.perf_counter() - start, 2),
         "made": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
     }
     _write_text(folder / f"{name}.json", json.dumps(record, indent=2) + "\n", args.force)
     return record
 
 
+def _computed_all(names: list[str], args):
+    """``(name, data, seconds)`` for each figure, in order: here one after another, or on a Dask
+    cluster (`figures.distributed`) with ``--workers``/``--scheduler``."""
+    if args.workers is None and args.scheduler is None:
+        for name in names:
+            yield (name, *figures.computed(name, args.quick))
+        return
+    from figures.distributed import computed_on_cluster
+
+    yield from computed_on_cluster(
+        names, quick=args.quick, workers=args.workers, scheduler=args.scheduler
+    )
+
+
+VERIFY_REPORT = "../verify.html"  # `make reproduce` writes out/verify.html beside out/figures/
+
+
+def check_link(check_id: str) -> str:
+    """The link from the index page to one check's row in the verification report."""
+    return f"{VERIFY_REPORT}#check-{check_id}"
+
+
+def _section(r: dict) -> list[str]:
+    e = {k: html.escape(str(v)) for k, v in r.items() if k not in ("files", "checks")}
+    png, pdf = (html.escape(f) for f in r["files"])
+    quick = " (quick)" if r.get("quick") else ""
+    checks = ", ".join(
+        f'<a href="{html.escape(check_link(c))}"><code>{html.escape(c)}</code></a>'
+        for c in r.get("checks", [])
+    )
+    return [
+        f'<section id="{e["name"]}">',
+        f"<h3>{e['title']}{quick}</h3>",
+        f'<a href="{png}"><img src="{png}" alt="{e["name"]}"></a>',
+        f"<p>{e['caption']}</p>",
+        f"<p><b>Source:</b> {e['source']}</p>",
+        *([f"<p><b>Checks of the same section:</b> {checks}</p>"] if checks else []),
+        f"<p><b>Command:</b> <code>{e['command']}</code></p>",
+        f'<p><b>Files:</b> <a href="{png}">{png}</a>, <a href="{pdf}">{pdf}</a>; made '
+        f"{e['made']} in {e['seconds']} s</p>",
+        "</section>",
+    ]
+
+
 def index_html(records: list[dict]) -> str:
-    """The index page: every figure with its title, caption, source section and command."""
+    """The index page: the figures grouped by paper, each with its title, caption, source
+    section, the `python -m verify` checks of that section (links into the report) and the
+    command that made it."""
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8"><title>filtersuite figures</title>',
@@ -92,22 +153,19 @@ def index_html(records: list[dict]) -> str:
         "img{max-width:100%;border:1px solid #ddd}code{background:#f4f4f4;padding:2px 4px}"
         "section{margin-bottom:3em}</style></head><body>",
         "<h1>filtersuite figures</h1>",
+        f'<p>Every closed form behind them: <a href="{VERIFY_REPORT}">the verification '
+        "report</a>.</p>",
     ]
+    groups: dict[str, list[dict]] = {}
     for r in records:
-        e = {k: html.escape(str(v)) for k, v in r.items() if k != "files"}
-        png, pdf = (html.escape(f) for f in r["files"])
-        quick = " (quick)" if r.get("quick") else ""
-        parts += [
-            f'<section id="{e["name"]}">',
-            f"<h2>{e['title']}{quick}</h2>",
-            f'<a href="{png}"><img src="{png}" alt="{e["name"]}"></a>',
-            f"<p>{e['caption']}</p>",
-            f"<p><b>Source:</b> {e['source']}</p>",
-            f"<p><b>Command:</b> <code>{e['command']}</code></p>",
-            f'<p><b>Files:</b> <a href="{png}">{png}</a>, <a href="{pdf}">{pdf}</a>; made '
-            f"{e['made']} in {e['seconds']} s</p>",
-            "</section>",
-        ]
+        groups.setdefault(r.get("seed", ""), []).append(r)
+    order = [*figures.PAPERS, *sorted(set(groups) - set(figures.PAPERS))]
+    for seed in (s for s in order if s in groups):
+        title = figures.PAPERS.get(seed, "Other figures")
+        heading = f"Seed {seed}: {title}" if seed in figures.PAPERS else title
+        parts.append(f'<h2 id="seed-{html.escape(seed)}">{html.escape(heading)}</h2>')
+        for r in groups[seed]:
+            parts += _section(r)
     parts.append("</body></html>\n")
     return "\n".join(parts)
 
@@ -133,6 +191,8 @@ def run(argv: list[str]) -> None:
             module = figures.get(name)
             print(f"{name:<20} {module.TITLE}  [{module.SOURCE}]")
         return
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f"--workers must be >= 1, got {args.workers}")
     unknown = [n for n in args.names if n not in figures.FIGURES]
     if unknown:
         raise UsageError(
@@ -150,8 +210,8 @@ def run(argv: list[str]) -> None:
             more = f" (and {len(existing) - 1} more)" if len(existing) > 1 else ""
             raise UsageError(f"{existing[0]} exists{more}; pass --force to overwrite")
     command = shlex.join([*PROG.split(), *argv])
-    for name in names:
-        record = _make(name, args, folder, command)
+    for name, data, seconds in _computed_all(names, args):
+        record = _write(name, data, seconds, args, folder, command)
         print(f"{name}: wrote {folder / name}.{{png,pdf}} in {record['seconds']:.1f} s")
     _write_text(folder / INDEX, index_html(_records(folder)), overwrite=True)
     print(f"index: {folder / INDEX}")

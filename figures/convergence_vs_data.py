@@ -33,6 +33,11 @@ from verify.mle_convergence import CASES
 NAME = "convergence_vs_data"
 TITLE = "Trained parameters approach the truth like N^-1/2 (unrolled AFA, OU, likelihood loss)"
 SOURCE = "seed 000 B.2 (Algorithm 4), seed 001 eqs. (7)-(8); issue 13 (consistency)"
+SEED = "000"
+CHECKS = (
+    "mle_convergence.consistency-slope",
+    "mle_convergence.unrolled-afa-ou-nll*",
+)
 
 
 @dataclass(frozen=True)

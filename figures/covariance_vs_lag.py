@@ -35,6 +35,12 @@ from sde_sim.scenario import simulate
 NAME = "covariance_vs_lag"
 TITLE = "Propagated measurement covariance vs lag: closed form against Monte Carlo"
 SOURCE = "seed 000 appendix A.1 (law of the pulled-forward measurement), A.3 (closed forms)"
+SEED = "000"
+CHECKS = (
+    "measurement.closed-form-vs-van-loan",
+    "measurement.isotropic-vs-van-loan",
+    "measurement.pulled-forward-measurements",
+)
 # Width of the error bars in standard errors; the test holds every point to it.
 SIGMA_LEVEL = 5.0
 # (preset, variant) per panel.

@@ -24,6 +24,12 @@ from sde_sim.scenario import simulate
 NAME = "fig1_trajectories"
 TITLE = "Seed 000 Fig. 1: trajectories, measurements and one-step predictions (afa-2d)"
 SOURCE = "seed 000 section 4.2, Fig. 1 (panels a-c: the three noise settings)"
+SEED = "000"
+CHECKS = (
+    "mle_convergence.afa-2d-a",
+    "mle_convergence.afa-2d-b",
+    "mle_convergence.afa-2d-c",
+)
 PRESET = "afa-2d"
 VARIANTS = ("a", "b", "c")
 OPTIMUM = "Kalman (true parameters)"

@@ -51,6 +51,11 @@ from verify.training import OneStepPredictor, TrainConfig, make_data, one_step_m
 NAME = "fig2_pulled_forward"
 TITLE = "Seed 000 Fig. 2: an AFA layer's pulled-forward estimates during training (afa-2d b)"
 SOURCE = "seed 000 section 4.2, Fig. 2 (pulled-forward estimates, section 2.1 / A.1)"
+SEED = "000"
+CHECKS = (
+    "measurement.pulled-forward-measurements",
+    "mle_convergence.afa-2d-b-learned-dynamics",
+)
 PRESET = "afa-2d"
 VARIANT = "b"
 STAGE_NAMES = ("early", "midway", "after training")

@@ -42,6 +42,11 @@ from verify.training import TrainConfig, build_model, derived_seed, make_data, t
 NAME = "fig3_attention_maps"
 TITLE = "Seed 000 Fig. 3: attention matrices, two-layer softmax attention vs one AFA layer"
 SOURCE = "seed 000 section 4.2, Fig. 3 (afa-2d with process and measurement noise)"
+SEED = "000"
+CHECKS = (
+    "measurement.corrected-sec3.6-kernel",
+    "well_specified.afa-2d-a-*",
+)
 PRESET = "afa-2d"
 VARIANT = "b"
 PANELS = ("softmax layer 1", "softmax layer 2", "AFA layer")

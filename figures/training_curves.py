@@ -40,6 +40,12 @@ from verify.mle_convergence import ParameterRow, learned_dynamics, parameter_tra
 NAME = "training_curves"
 TITLE = "Training curves against the Kalman optimum; learned vs true dynamics"
 SOURCE = "seed 000 sections 2.3, 3.1, A.2, B.2 (one-step prediction loss, MLE); issues 7, 13"
+SEED = "000"
+CHECKS = (
+    "mle_convergence.afa-2d-?",
+    "mle_convergence.rotation-3d",
+    "mle.diffuse-kalman",
+)
 # Issue 7's target for the held-out one-step MSE / Kalman optimum.
 TARGET = 1.10
 # A learned value "agrees" with the parameter MLE within this many standard errors.

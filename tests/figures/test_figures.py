@@ -41,6 +41,47 @@ def test_registry_lists_both_figures():
         figures.get("nope")
 
 
+def test_every_figure_names_its_paper_and_checks():
+    for name in figures.names():
+        module = figures.get(name)
+        assert module.SEED in figures.PAPERS, name
+        ids = figures.checks_of(module)
+        assert len(ids) == len(set(ids)) >= len(module.CHECKS) > 0, name
+
+
+def test_checks_of_refuses_an_entry_that_matches_nothing(monkeypatch):
+    module = figures.get("covariance_vs_lag")
+    monkeypatch.setattr(module, "CHECKS", ("measurement.closed-form-vs-van-loan", "no.such-*"))
+    with pytest.raises(ValueError, match="'no.such-\\*' matches no verify check"):
+        figures.checks_of(module)
+
+
+def test_index_groups_by_paper_and_links_the_checks():
+    def record(name, seed, checks):
+        return {
+            "name": name,
+            "title": name.upper(),
+            "caption": "c",
+            "source": "s",
+            "seed": seed,
+            "checks": checks,
+            "command": "cmd",
+            "files": [f"{name}.png", f"{name}.pdf"],
+            "seconds": 1.0,
+            "made": "now",
+        }
+
+    page = cli.index_html(
+        [record("b", "002", []), record("a", "000", ["dle.mode-solution"]), record("c", "002", [])]
+    )
+    # Groups in paper order, whatever the order of the records; each figure once.
+    assert page.index('id="seed-000"') < page.index('id="a"') < page.index('id="seed-002"')
+    assert page.index('id="seed-002"') < page.index('id="b"') < page.index('id="c"')
+    assert page.count("<h2") == 2 and page.count("<section") == 3
+    assert '<a href="../verify.html#check-dle.mode-solution">' in page
+    assert page.count("Checks of the same section") == 1
+
+
 def test_covariance_vs_lag_shapes_and_finite(cov_data):
     assert len(cov_data.panels) == len(covariance_vs_lag.CASES)
     for p in cov_data.panels:
@@ -174,6 +215,8 @@ def test_cli_writes_refuses_and_forces(tmp_path, capsys, small_cli):
         assert f'<img src="{name}.png"' in page
         assert record["source"].split(" (")[0] in page
         assert record["command"] in page
+        assert record["seed"] == figures.get(name).SEED and f'id="seed-{record["seed"]}"' in page
+        assert record["checks"] == figures.checks_of(figures.get(name))
     assert page.count("<section") == len(figures.names())
 
     before = (folder / "fig1_trajectories.png").stat().st_mtime_ns
