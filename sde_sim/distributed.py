@@ -24,16 +24,24 @@ class DistributedUnavailable(RuntimeError):
     """``dask.distributed`` (or ``zarr``) is not installed; the message says how to install it."""
 
 
-@contextlib.contextmanager
-def cluster_client(workers: int | None, scheduler: str | None) -> Iterator[object]:
-    """A ``distributed.Client``: a fresh ``LocalCluster`` of ``workers`` single-threaded
-    processes, or the scheduler at ``scheduler``; closed (with its cluster) on exit."""
+def require_distributed():
+    """The ``distributed`` module, or `DistributedUnavailable` saying how to install it (a CLI
+    calls this before it writes anything, so a missing extra leaves nothing behind)."""
     try:
-        from distributed import Client, LocalCluster
+        import distributed
     except ImportError:
         raise DistributedUnavailable(
             f"--workers and --scheduler need Dask distributed: {INSTALL_HINT}"
         ) from None
+    return distributed
+
+
+@contextlib.contextmanager
+def cluster_client(workers: int | None, scheduler: str | None) -> Iterator[object]:
+    """A ``distributed.Client``: a fresh ``LocalCluster`` of ``workers`` single-threaded
+    processes, or the scheduler at ``scheduler``; closed (with its cluster) on exit."""
+    distributed = require_distributed()
+    Client, LocalCluster = distributed.Client, distributed.LocalCluster
     if scheduler is not None:
         with Client(scheduler) as client:
             yield client
