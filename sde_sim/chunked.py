@@ -10,7 +10,9 @@ Store layout (a Zarr v3 group; names, shapes and dtypes as in the ``.npz`` of `s
 * ``t`` (T,), ``t_obs`` (M,): written once, when the store is created;
 * ``x`` (P, T, d), ``z`` (P, M, k), ``x_obs`` (P, M, d), ``outlier`` and ``missing`` (P, M):
   chunked by one path block along the paths and at most `CHUNK_BYTES` per chunk along time,
-  with dimension names (``path``, ``time``, ``obs``, ``state``, ``meas``) for xarray;
+  with dimension names (``path``, ``time``, ``obs``, ``state``, ``meas``) for xarray; the real
+  arrays are stored uncompressed (Gaussian noise does not compress: zstd saved 7% of the disk
+  for 8x the write time), the masks with Zarr's default compressor;
 * ``complete`` (n_blocks,) bool, one chunk per block: set once every array of the block is
   written, so a block interrupted half-way is computed again;
 * attributes: ``meta`` (the ``.npz``'s meta record) and ``filtersuite_store`` (layout version).
@@ -37,9 +39,9 @@ from sde_sim.scenario import PATH_BLOCK, SimulationPlan, _measurement_dim
 
 STORE_FORMAT = 1
 FORMAT_ATTR = "filtersuite_store"
-# Target size of one chunk (uncompressed): small enough to read a few paths cheaply, large
-# enough that a chunk costs far more than its file.
-CHUNK_BYTES = 32 << 20
+# Target size of one chunk: small enough to read a few paths cheaply and to keep a writer's
+# buffers small, large enough that a chunk costs far more than its file.
+CHUNK_BYTES = 8 << 20
 BLOCK_ARRAYS = ("x", "z", "x_obs", "outlier", "missing")
 
 
@@ -143,6 +145,7 @@ def _create(zarr, path: Path, plan: SimulationPlan, meta: dict):
         group.create_array(
             name, shape=shape, dtype=dtype, chunks=_chunks(shape, dtype.itemsize),
             dimension_names=dims, fill_value=np.nan if dtype.kind == "f" else False,
+            compressors=None if dtype.kind == "f" else "auto",
         )  # fmt: skip
     group.create_array(
         "complete", shape=(plan.n_blocks,), dtype=bool, chunks=(1,), fill_value=False,
