@@ -218,6 +218,10 @@ def test_load_reads_a_store_like_its_npz(tmp_path, capsys, reference):
     sim = io.load(store)
     assert sim.scenario.to_dict() == reference.scenario.to_dict()
     assert np.array_equal(sim.x[5:7, 3], reference.x[5:7, 3])  # reads two paths' chunk only
+    da = pytest.importorskip("dask.array")  # the README's way to a dask array
+    x = da.from_zarr(str(store), component="x")
+    assert x.chunks[0][0] == PATH_BLOCK
+    assert np.array_equal(x[PATH_BLOCK:].compute(), reference.x[PATH_BLOCK:])
     attrs = json.loads((store / "zarr.json").read_text())["attributes"]
     assert attrs["meta"] == reference.meta  # the .npz's meta, as a Zarr attribute
     shutil.rmtree(store / "t_obs")
