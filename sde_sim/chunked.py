@@ -69,6 +69,14 @@ def layout(plan: SimulationPlan) -> dict[str, tuple[tuple[int, ...], np.dtype, t
     }
 
 
+def store_bytes(plan: SimulationPlan) -> int:
+    """The size of `plan`'s store in bytes, uncompressed (its real arrays are stored so)."""
+    total = (plan.scenario.n_steps + 1 + plan.t_obs.size) * 8
+    for shape, dtype, _ in layout(plan).values():
+        total += int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    return total
+
+
 def _chunks(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
     """One path block by as many time (or measurement) points as fit `CHUNK_BYTES`."""
     rows = min(PATH_BLOCK, shape[0])

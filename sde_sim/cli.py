@@ -8,6 +8,7 @@ written; a failure while running exits with status 1.
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from pathlib import Path
 
@@ -273,6 +274,8 @@ def _simulate(args) -> None:
         isinstance(scenario.system, LinearSDE) or scenario.system.mode == "frozen-frame"
     ):
         raise UsageError("--method exact needs a linear system or --mode frozen-frame")
+    if args.out is not None and args.out.suffix not in (".npz", ".zarr"):
+        raise UsageError(f"--out must end in .npz or .zarr, got {str(args.out)!r}")
     if args.out is not None and args.out.suffix == ".zarr":
         _simulate_to_store(scenario, args.system, variant, args)
         return
@@ -296,6 +299,19 @@ def _simulate(args) -> None:
     )
     if args.out is None and args.plot is None:
         print("  (nothing written: pass --out FILE.npz and/or --plot FILE.png)")
+
+
+def _check_disk(out: Path, need: int) -> None:
+    """Refuse a new store larger than the free space where it goes, with the numbers."""
+    folder = out.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    free = shutil.disk_usage(folder).free
+    if need > free:
+        raise UsageError(
+            f"--out {out} needs about {need / 1e9:.3g} GB, more than the {free / 1e9:.3g} GB "
+            f"free on {folder}: fewer --paths or --steps, or another folder"
+        )
 
 
 def _simulate_to_store(scenario: Scenario, name: str, variant: str, args) -> None:
@@ -330,6 +346,8 @@ def _simulate_to_store(scenario: Scenario, name: str, variant: str, args) -> Non
         dtype=args.dtype,
         meta={"preset": name, "variant": variant},
     )
+    if not args.out.exists():
+        _check_disk(args.out, chunked.store_bytes(p))
     _group, done = chunked.open_store(args.out, p, force=args.force)
     missing = np.flatnonzero(~done)
     P, T, d = p.n_paths, scenario.n_steps + 1, scenario.system.dim

@@ -227,3 +227,42 @@ def test_load_reads_a_store_like_its_npz(tmp_path, capsys, reference):
     shutil.rmtree(store / "t_obs")
     with pytest.raises(ValueError, match="missing"):
         io.load(store)
+
+
+def test_a_store_larger_than_the_free_disk_is_refused(tmp_path, capsys, monkeypatch):
+    import shutil as shutil_module
+
+    usage = shutil_module.disk_usage(tmp_path)
+    monkeypatch.setattr(shutil_module, "disk_usage", lambda p: usage._replace(free=10**6))
+    code, _, err = _run(capsys, "--out", str(tmp_path / "big.zarr"))
+    assert code == 2 and "free on" in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "big.zarr").exists()
+
+
+def test_a_killed_run_resumes_to_the_same_bits(tmp_path):
+    """`kill -9` while blocks are being written (after the first is marked complete), then
+    the same command again: the store equals the .npz of an uninterrupted in-memory run."""
+    import os
+    import signal
+    import time
+
+    argv = [a for a in BASE]
+    argv[argv.index("--paths") + 1] = str(4 * PATH_BLOCK)
+    argv[argv.index("--steps") + 1] = "200"
+    npz, store = tmp_path / "ref.npz", tmp_path / "killed.zarr"
+    command = [sys.executable, "-m", "sde_sim", *argv]
+    victim = subprocess.Popen([*command, "--out", str(store)], stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not (store / "complete" / "c" / "0").exists() and victim.poll() is None:
+        assert time.monotonic() < deadline, "no block was completed"
+        time.sleep(0.01)
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.wait()
+    marked = len(list((store / "complete" / "c").iterdir()))
+    if marked == 4:  # the machine was too quick for the kill: nothing left to resume
+        pytest.skip("the run finished before it was killed")
+    resumed = subprocess.run([*command, "--out", str(store)], capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"{marked} of 4 blocks already complete" in resumed.stdout
+    assert main([*argv, "--out", str(npz)]) == 0
+    _same_bits(store, io.load(npz))
