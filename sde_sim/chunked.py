@@ -163,6 +163,12 @@ def _create(zarr, path: Path, plan: SimulationPlan, meta: dict):
     return group
 
 
+def any_complete(path: str | Path) -> bool:
+    """Whether the store at `path` has at least one block marked complete."""
+    zarr = require_zarr()
+    return bool(np.any(zarr.open_group(str(path), mode="r")["complete"][:]))
+
+
 def write_blocks(path: str, plan: SimulationPlan, blocks: Sequence[int]) -> int:
     """Simulate `blocks` of `plan` one at a time and write each into the store at `path`,
     marking it complete after its arrays (the task a worker runs). Returns how many."""

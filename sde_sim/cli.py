@@ -346,9 +346,11 @@ def _simulate_to_store(scenario: Scenario, name: str, variant: str, args) -> Non
         dtype=args.dtype,
         meta={"preset": name, "variant": variant},
     )
-    if not args.out.exists():
+    fresh = not args.out.exists()
+    if fresh:
         _check_disk(args.out, chunked.store_bytes(p))
     _group, done = chunked.open_store(args.out, p, force=args.force)
+    fresh = fresh or not done.any()  # a replaced or empty store: nothing to keep on failure
     missing = np.flatnonzero(~done)
     P, T, d = p.n_paths, scenario.n_steps + 1, scenario.system.dim
     print(
@@ -376,6 +378,12 @@ def _simulate_to_store(scenario: Scenario, name: str, variant: str, args) -> Non
                 written = chunked.write_store(
                     args.out, p, missing, client=client, chunk_paths=chunk_paths, progress=update
                 )
+    except (UsageError, ValueError, TypeError):
+        # Input the library refuses only while simulating (the first block fails): a store this
+        # command made and could not fill one block of is removed, so bad input leaves nothing.
+        if fresh and not chunked.any_complete(args.out):
+            shutil.rmtree(args.out, ignore_errors=True)
+        raise
     finally:
         if bar is not None:
             bar.close()

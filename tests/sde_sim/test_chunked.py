@@ -266,3 +266,27 @@ def test_a_killed_run_resumes_to_the_same_bits(tmp_path):
     assert f"{marked} of 4 blocks already complete" in resumed.stdout
     assert main([*argv, "--out", str(npz)]) == 0
     _same_bits(store, io.load(npz))
+
+
+def test_input_refused_while_simulating_leaves_no_store(tmp_path, capsys, monkeypatch):
+    """A value the library refuses only inside a block (here: any block) fails the command
+    with one line, and the store it had just made is removed; a store with complete blocks
+    is kept for the rerun."""
+    from sde_sim.scenario import SimulationPlan
+
+    store = tmp_path / "s.zarr"
+
+    def refuse(self, b, progress=None):
+        raise ValueError("x0 must be nonzero")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(SimulationPlan, "block", refuse)
+        code, _, err = _run(capsys, "--out", str(store))
+    assert code == 2 and "x0 must be nonzero" in err
+    assert not store.exists()
+    assert _run(capsys, "--out", str(store))[0] == 0
+    _lose_blocks(store, [1])
+    with monkeypatch.context() as patch:
+        patch.setattr(SimulationPlan, "block", refuse)
+        assert _run(capsys, "--out", str(store))[0] == 2
+    assert store.exists() and zarr.open_group(str(store), mode="r")["complete"][0]
