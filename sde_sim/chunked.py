@@ -208,6 +208,7 @@ def write_store(
     `chunk_paths` paths. `progress` is called with the number of blocks each time some are
     written. Returns the number of blocks written."""
     groups = tasks(missing, chunk_paths)
+    path = Path(path).resolve()  # workers may run elsewhere: give them the absolute path
     written = 0
     if client is None:
         for group in groups:
