@@ -3,7 +3,8 @@
 `simulate` turns one integer seed into every random draw through independent SeedSequence
 children (initial states, Brownian path, measurement times, measurement noise, contamination),
 so the same seed gives the same arrays, and changing one part of a scenario does not reshuffle
-the randomness of the others.
+the randomness of the others. The per-path draws are made per fixed block of `PATH_BLOCK` paths
+(`plan`, `SimulationPlan.block`), so a chunked run (`sde_sim.chunked`) gives the same bits.
 """
 
 from __future__ import annotations
