@@ -8,6 +8,7 @@ written; a failure while running exits with status 1.
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from pathlib import Path
 
@@ -20,11 +21,12 @@ from sde_sim.plumbing import (
     OneLineParser,
     UsageError,
     atomic_write,
+    check_folder,
     check_target,
     physical_memory,
     run_cli,
 )
-from sde_sim.scenario import DTYPES, METHODS, Scenario, Simulation, simulate
+from sde_sim.scenario import DTYPES, METHODS, PATH_BLOCK, Scenario, Simulation, plan, simulate
 
 PROG = "python -m sde_sim"
 # Show a progress bar once a run integrates at least this many path-steps (about a second).
@@ -82,7 +84,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sim.add_argument("--dtype", choices=DTYPES, default="float64")
     sim.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    sim.add_argument("--out", type=Path, help="write the simulation to this .npz file")
+    sim.add_argument(
+        "--out",
+        type=Path,
+        help="write the simulation to this .npz file, or to a .zarr store block by block "
+        "(larger than memory; resumable; see --workers)",
+    )
+    where = sim.add_mutually_exclusive_group()
+    where.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="with --out FILE.zarr: simulate on N local Dask worker processes "
+        "(needs filtersuite[distributed])",
+    )
+    where.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="with --out FILE.zarr: simulate on the Dask cluster at ADDRESS "
+        "(e.g. tcp://host:8786; the store's path must be reachable from every worker)",
+    )
+    sim.add_argument(
+        "--chunk-paths",
+        type=int,
+        metavar="K",
+        help=f"with --out FILE.zarr: paths per task, a multiple of {PATH_BLOCK} "
+        f"(default {PATH_BLOCK}); a worker holds {PATH_BLOCK} paths in memory at a time",
+    )
     sim.add_argument("--plot", type=Path, help="write a plot of the paths to this .png file")
     sim.add_argument("--force", action="store_true", help="overwrite existing output files")
 
@@ -246,6 +274,18 @@ def _simulate(args) -> None:
         isinstance(scenario.system, LinearSDE) or scenario.system.mode == "frozen-frame"
     ):
         raise UsageError("--method exact needs a linear system or --mode frozen-frame")
+    if args.out is not None and args.out.suffix not in (".npz", ".zarr"):
+        raise UsageError(f"--out must end in .npz or .zarr, got {str(args.out)!r}")
+    if args.out is not None and args.out.suffix == ".zarr":
+        _simulate_to_store(scenario, args.system, variant, args)
+        return
+    for flag, value in (
+        ("--workers", args.workers),
+        ("--scheduler", args.scheduler),
+        ("--chunk-paths", args.chunk_paths),
+    ):
+        if value is not None:
+            raise UsageError(f"{flag} needs --out FILE.zarr (a store written block by block)")
     _simulate_and_write(
         scenario,
         args.system,
@@ -259,6 +299,115 @@ def _simulate(args) -> None:
     )
     if args.out is None and args.plot is None:
         print("  (nothing written: pass --out FILE.npz and/or --plot FILE.png)")
+
+
+def _check_disk(out: Path, need: int) -> None:
+    """Refuse a new store larger than the free space where it goes, with the numbers."""
+    folder = out.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    free = shutil.disk_usage(folder).free
+    if need > free:
+        raise UsageError(
+            f"--out {out} needs about {need / 1e9:.3g} GB, more than the {free / 1e9:.3g} GB "
+            f"free on {folder}: fewer --paths or --steps, or another folder"
+        )
+
+
+def _simulate_to_store(scenario: Scenario, name: str, variant: str, args) -> None:
+    """``--out FILE.zarr``: the blocks not yet complete, computed here or on Dask workers and
+    written by whoever computed them (`sde_sim.chunked`); every check runs before the store is
+    created or changed."""
+    from sde_sim import chunked
+    from sde_sim.distributed import DistributedUnavailable, require_distributed
+
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f"--workers must be >= 1, got {args.workers}")
+    chunk_paths = PATH_BLOCK if args.chunk_paths is None else args.chunk_paths
+    if chunk_paths < 1 or chunk_paths % PATH_BLOCK:
+        raise UsageError(
+            f"--chunk-paths must be a positive multiple of {PATH_BLOCK} (the block of paths "
+            f"seeded together), got {chunk_paths}"
+        )
+    check_folder(args.out.parent, "--out", shown=args.out)
+    check_target(args.plot, "--plot", force=args.force, suffix=".png")
+    on_cluster = args.workers is not None or args.scheduler is not None
+    try:
+        chunked.require_zarr()
+        if on_cluster:
+            require_distributed()
+    except DistributedUnavailable as exc:
+        raise UsageError(str(exc)) from None
+    p = plan(
+        scenario,
+        args.paths,
+        seed=args.seed,
+        method=args.method,
+        dtype=args.dtype,
+        meta={"preset": name, "variant": variant},
+    )
+    fresh = not args.out.exists()
+    if fresh:
+        _check_disk(args.out, chunked.store_bytes(p))
+    _group, done = chunked.open_store(args.out, p, force=args.force)
+    fresh = fresh or not done.any()  # a replaced or empty store: nothing to keep on failure
+    missing = np.flatnonzero(~done)
+    P, T, d = p.n_paths, scenario.n_steps + 1, scenario.system.dim
+    print(
+        f"{name} ({variant}): {P} path{'s' if P != 1 else ''} x {T} points in {d}-D "
+        f"({args.method}, {args.dtype}, seed {args.seed}), {p.n_blocks} block"
+        f"{'s' if p.n_blocks != 1 else ''} of up to {PATH_BLOCK} paths"
+    )
+    if done.any():
+        print(f"  resuming {args.out}: {int(done.sum())} of {done.size} blocks already complete")
+    bar = None
+    if P * scenario.n_steps >= PROGRESS_THRESHOLD:
+        from tqdm import tqdm
+
+        bar = tqdm(total=missing.size, unit="block", file=sys.stderr, leave=False, disable=None)
+    update = None if bar is None else bar.update
+    try:
+        if not on_cluster:
+            written = chunked.write_store(
+                args.out, p, missing, chunk_paths=chunk_paths, progress=update
+            )
+        else:
+            from sde_sim.distributed import cluster_client
+
+            with cluster_client(args.workers, args.scheduler) as client:
+                written = chunked.write_store(
+                    args.out, p, missing, client=client, chunk_paths=chunk_paths, progress=update
+                )
+    except (UsageError, ValueError, TypeError):
+        # Input the library refuses only while simulating (the first block fails): a store this
+        # command made and could not fill one block of is removed, so bad input leaves nothing.
+        if fresh and not chunked.any_complete(args.out):
+            shutil.rmtree(args.out, ignore_errors=True)
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+    size = sum(f.stat().st_size for f in args.out.rglob("*") if f.is_file())
+    print(f"  wrote {args.out} ({written} blocks now, {size / 1e6:.1f} MB in all)")
+    if args.plot is not None:
+        from sde_sim.plotting import plot_simulation
+
+        sim = io.load(args.out)
+        n = min(3, P)
+        head = Simulation(
+            t=sim.t,
+            t_obs=sim.t_obs,
+            meta=sim.meta,
+            **{
+                k: np.asarray(getattr(sim, k)[:n])
+                for k in ("x", "z", "x_obs", "outlier", "missing")
+            },
+        )
+        fig = plot_simulation(head, title=f"{name} ({variant})")
+        atomic_write(
+            args.plot, lambda fh: fig.savefig(fh, format="png", dpi=110), overwrite=args.force
+        )
+        print(f"  wrote {args.plot}")
 
 
 def _simulate_all(args) -> None:

@@ -5,6 +5,9 @@ Layout: ``t`` (T,), ``x`` (P, T, d), ``t_obs`` (M,), ``z`` (P, M, k), ``x_obs`` 
 parameter of the scenario, the seed, method, dtype and package version). Files load with
 ``numpy.load`` without pickle. Writes go through `sde_sim.plumbing.atomic_write` (temporary file
 + rename, never clobbering without ``overwrite``).
+
+A ``.zarr`` store written by ``python -m sde_sim simulate --out FILE.zarr`` (`sde_sim.chunked`)
+holds the same arrays and meta; `load` opens it lazily.
 """
 
 from __future__ import annotations
@@ -33,13 +36,25 @@ def save(simulation: Simulation, path: str | os.PathLike, *, overwrite: bool = F
 
 
 def load(path: str | os.PathLike) -> Simulation:
-    """Load a file written by `save`, checking its layout (module docstring).
+    """Load a file written by `save`, or a ``.zarr`` store, checking its layout (module docstring).
+
+    A ``.npz`` is read into numpy arrays. A ``.zarr`` store (`sde_sim.chunked`; needs the
+    ``distributed`` extra) is opened lazily: ``t`` and ``t_obs`` are numpy arrays, ``x``, ``z``,
+    ``x_obs``, ``outlier`` and ``missing`` are ``zarr.Array``s, numpy-like (``shape``, ``dtype``,
+    indexing reads only the chunks it touches and returns numpy; ``np.asarray`` reads all),
+    which ``dask.array.from_zarr`` turns into dask arrays. An incomplete store is refused.
 
     Raises FileNotFoundError for a missing file and ValueError, naming the file and the entry,
     for anything else: not an ``.npz``, missing entries, ``meta`` not a JSON object, arrays of
     the wrong rank, dtype or size, non-finite or non-increasing times, non-boolean masks.
     """
     path = Path(path)
+    if path.suffix == ".zarr":
+        from sde_sim.chunked import open_arrays
+
+        arrays, meta = open_arrays(path)
+        _check_layout(path, arrays)
+        return Simulation(**arrays, meta=meta)
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist")
     try:  # numpy reads anything that is not a zip archive as a pickle, which it refuses

@@ -3,7 +3,8 @@
 `simulate` turns one integer seed into every random draw through independent SeedSequence
 children (initial states, Brownian path, measurement times, measurement noise, contamination),
 so the same seed gives the same arrays, and changing one part of a scenario does not reshuffle
-the randomness of the others.
+the randomness of the others. The per-path draws are made per fixed block of `PATH_BLOCK` paths
+(`plan`, `SimulationPlan.block`), so a chunked run (`sde_sim.chunked`) gives the same bits.
 """
 
 from __future__ import annotations
@@ -153,7 +154,7 @@ def simulate(
     ----------
     scenario : what to simulate.
     n_paths : number of independent paths P.
-    seed : non-negative int; every random draw derives from it.
+    seed : non-negative int; every random draw derives from it (seed section: `plan`).
     method : ``"euler"`` (Euler-Maruyama) or ``"exact"`` (exact discretisation).
     dtype : ``"float64"`` or ``"float32"`` for the paths and measurements.
     progress : called with (steps done, total steps) while integrating.
@@ -162,7 +163,148 @@ def simulate(
 
     Returns
     -------
-    Simulation with ``x`` (P, n_steps+1, d) and ``z`` (P, M, k).
+    Simulation with ``x`` (P, n_steps+1, d) and ``z`` (P, M, k). The paths are computed in
+    blocks of `PATH_BLOCK` (`SimulationPlan.block`), exactly as a chunked run computes them, so
+    a Zarr store written by `sde_sim.chunked` holds the same bits.
+    """
+    p = plan(scenario, n_paths, seed=seed, method=method, dtype=dtype, meta=meta)
+    blocks = p.n_blocks
+    if blocks == 1:
+        arrays = p.block(0, progress=progress)
+    else:
+        arrays = None
+        for b in range(blocks):
+            step = None
+            if progress is not None:
+
+                def step(done, total, b=b):
+                    progress(b * total + done, blocks * total)
+
+            part = p.block(b, progress=step)
+            if arrays is None:
+                arrays = {k: np.empty((n_paths, *v.shape[1:]), v.dtype) for k, v in part.items()}
+            start, stop = p.block_paths(b)
+            for name, value in part.items():
+                arrays[name][start:stop] = value
+    return Simulation(t=p.grid.t.copy(), t_obs=p.t_obs.copy(), meta=p.meta, **arrays)
+
+
+# Paths are seeded and computed in fixed blocks of this many (the last block may be shorter):
+# the bits of a path depend only on the seed and its block, never on how many blocks a run
+# computes at once, so chunked runs on any number of workers reproduce `simulate`. 4096 paths
+# keep a block's working set (about 4 copies of its states) near 0.5 GB for 2000 steps in 2-D.
+PATH_BLOCK = 4096
+# meta["seeding"]: 2 = per path block (block 0 on the streams of scheme 1, so a simulation of up
+# to PATH_BLOCK paths keeps the bits of files written before blocks existed). Files without the
+# entry used scheme 1: one stream per part for all paths at once.
+SEEDING = 2
+
+
+@dataclass(frozen=True, eq=False)
+class SimulationPlan:
+    """What every block of a simulation shares: the grids, the measurement times and the seeds.
+
+    Built by `plan`; ``block(b)`` simulates path block ``b`` (paths ``block_paths(b)``) alone.
+    Picklable, so Dask workers can run blocks (`sde_sim.chunked`).
+    """
+
+    scenario: Scenario
+    n_paths: int
+    method: str
+    dtype: str
+    t_obs: np.ndarray
+    merged: TimeGrid
+    regular_index: np.ndarray
+    obs_index: np.ndarray
+    sample_index: np.ndarray
+    seeds: (
+        tuple  # SeedSequences of (initial states, Brownian path, measurement noise, contamination)
+    )
+    meta: dict
+
+    @property
+    def grid(self) -> TimeGrid:
+        return self.scenario.grid()
+
+    @property
+    def n_blocks(self) -> int:
+        return -(-self.n_paths // PATH_BLOCK)
+
+    def block_paths(self, b: int) -> tuple[int, int]:
+        """The paths ``[start, stop)`` of block `b`."""
+        if not 0 <= b < self.n_blocks:
+            raise ValueError(f"block must be in [0, {self.n_blocks}), got {b}")
+        return b * PATH_BLOCK, min((b + 1) * PATH_BLOCK, self.n_paths)
+
+    def block(self, b: int, *, progress=None) -> dict[str, np.ndarray]:
+        """Simulate path block `b`: ``x`` (B, T, d), ``z`` (B, M, k), ``x_obs`` (B, M, d),
+        ``outlier`` and ``missing`` (B, M), with B the block's paths."""
+        start, stop = self.block_paths(b)
+        n = stop - start
+        s_init, s_noise, s_meas, s_cont = (_block_seed(s, b) for s in self.seeds)
+        scenario, system, measurement = (
+            self.scenario,
+            self.scenario.system,
+            self.scenario.measurement,
+        )
+        grid = scenario.grid()
+        delay = measurement.delay if isinstance(measurement, LinearMeasurement) else 0.0
+
+        x0 = scenario.initial.sample(np.random.default_rng(s_init), n)
+        # The exact transition's noise N(0, Q_d) spans the whole state even when G has fewer
+        # columns.
+        noise_dim = system.noise_dim if self.method == "euler" else system.dim
+        noise = BrownianPath(s_noise, self.merged, n, noise_dim, dtype=self.dtype)
+        sampler = simulate_euler if self.method == "euler" else simulate_exact
+        path = sampler(system, x0, noise, progress=progress)
+
+        x_sample = path[:, self.sample_index].astype(float)
+        xi = np.random.default_rng(s_meas).standard_normal(
+            (n, self.t_obs.size, _measurement_dim(measurement, system))
+        )
+        outlier, missing = scenario.contamination.corrupt_draws(xi, np.random.default_rng(s_cont))
+        if isinstance(system, RadialTangentialSDE):
+            frame = _rt_frame(system, x0, x_sample, self.t_obs + delay, grid.start)
+            z = measurement.observe(x_sample, frame, xi) @ system.basis.T
+            path = path @ system.basis.T.astype(path.dtype)
+        else:
+            z = measurement.observe(x_sample, xi)
+        z[missing] = np.nan
+        x = path if self.merged.t.size == grid.t.size else path[:, self.regular_index]
+        return {
+            "x": x,
+            "z": z.astype(self.dtype),
+            "x_obs": path[:, self.obs_index],
+            "outlier": outlier,
+            "missing": missing,
+        }
+
+
+def _block_seed(seq: np.random.SeedSequence, b: int) -> np.random.SeedSequence:
+    """Block `b`'s stream of one part: block 0 the part's own (seeding scheme 1), block b > 0
+    the child key ``(*spawn_key, b)`` (which no other draw uses: the Brownian path's time
+    blocks hang one level below the key they are given)."""
+    if b == 0:
+        return seq
+    return np.random.SeedSequence(seq.entropy, spawn_key=(*seq.spawn_key, b))
+
+
+def plan(
+    scenario: Scenario,
+    n_paths: int,
+    *,
+    seed: int = 0,
+    method: str = "euler",
+    dtype: str = "float64",
+    meta: dict | None = None,
+) -> SimulationPlan:
+    """Check the arguments of `simulate` and draw what all paths share.
+
+    Seeds: one integer seed gives five independent SeedSequence children (initial states,
+    Brownian path, measurement times, measurement noise, contamination), so changing one part
+    of a scenario does not reshuffle the others. The measurement times are drawn once for all
+    paths; the four per-path parts are drawn per block of `PATH_BLOCK` paths from the block's
+    child of each (`_block_seed`), recorded as ``meta["seeding"] = SEEDING``.
     """
     if not isinstance(scenario, Scenario):
         raise TypeError(f"scenario must be a Scenario, got {type(scenario).__name__}")
@@ -172,7 +314,7 @@ def simulate(
     validation.choice("dtype", dtype, DTYPES)
     _check_meta(meta)
     s_init, s_noise, s_times, s_meas, s_cont = np.random.SeedSequence(seed).spawn(5)
-    system, measurement = scenario.system, scenario.measurement
+    measurement = scenario.measurement
     grid = scenario.grid()
 
     t_obs = scenario.observations.draw(grid, np.random.default_rng(s_times))
@@ -181,55 +323,44 @@ def simulate(
 
     # Off-grid measurement (and delayed sampling) times become grid points of the integration.
     merged = grid.insert(t_obs)[0].insert(t_obs + delay)[0]
-    regular_index = merged.insert(grid.t)[1]
-    obs_index = merged.insert(t_obs)[1]
-    sample_index = merged.insert(t_obs + delay)[1]
-
-    x0 = scenario.initial.sample(np.random.default_rng(s_init), n_paths)
-    # The exact transition's noise N(0, Q_d) spans the whole state even when G has fewer columns.
-    noise_dim = system.noise_dim if method == "euler" else system.dim
-    noise = BrownianPath(s_noise, merged, n_paths, noise_dim, dtype=dtype)
-    sampler = simulate_euler if method == "euler" else simulate_exact
-    path = sampler(system, x0, noise, progress=progress)
-
-    x_sample = path[:, sample_index].astype(float)
-    xi = np.random.default_rng(s_meas).standard_normal(
-        (n_paths, t_obs.size, _measurement_dim(measurement, system))
-    )
-    outlier, missing = scenario.contamination.corrupt_draws(xi, np.random.default_rng(s_cont))
-    if isinstance(system, RadialTangentialSDE):
-        frame = _rt_frame(system, x0, x_sample, t_obs + delay, grid.start)
-        z = measurement.observe(x_sample, frame, xi) @ system.basis.T
-        path = path @ system.basis.T.astype(path.dtype)
-    else:
-        z = measurement.observe(x_sample, xi)
-    z[missing] = np.nan
-
-    x = path if merged.t.size == grid.t.size else path[:, regular_index]
     record = {
         "filtersuite_version": package_version(),
         "seed": seed,
         "method": method,
         "dtype": dtype,
         "n_paths": n_paths,
+        "seeding": SEEDING,
+        "path_block": PATH_BLOCK,
         **(meta or {}),
         "scenario": scenario.to_dict(),
     }
-    return Simulation(
-        t=grid.t.copy(),
-        x=x,
+    return SimulationPlan(
+        scenario=scenario,
+        n_paths=n_paths,
+        method=method,
+        dtype=dtype,
         t_obs=t_obs,
-        z=z.astype(dtype),
-        x_obs=path[:, obs_index],
-        outlier=outlier,
-        missing=missing,
+        merged=merged,
+        regular_index=merged.insert(grid.t)[1],
+        obs_index=merged.insert(t_obs)[1],
+        sample_index=merged.insert(t_obs + delay)[1],
+        seeds=(s_init, s_noise, s_meas, s_cont),
         meta=record,
     )
 
 
 # Entries `simulate` records itself; caller metadata may not replace them (a file would then
 # claim a seed or a path count it was not simulated with).
-RECORDED_KEYS = ("filtersuite_version", "seed", "method", "dtype", "n_paths", "scenario")
+RECORDED_KEYS = (
+    "filtersuite_version",
+    "seed",
+    "method",
+    "dtype",
+    "n_paths",
+    "seeding",
+    "path_block",
+    "scenario",
+)
 
 
 def _check_meta(meta) -> None:

@@ -1,8 +1,13 @@
-"""Shared test configuration: hypothesis profiles and the repository root."""
+"""Shared test configuration: hypothesis profiles, the repository root, a Dask cluster."""
 
+import json
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, Phase, settings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -48,3 +53,35 @@ settings.register_profile(
     phases=[Phase.explicit, Phase.reuse, Phase.generate],  # report a failure unshrunk, at once
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture
+def dask_commands_cluster(tmp_path):
+    """The address of a cluster started as on real machines: a ``dask scheduler`` process and
+    one ``dask worker`` process (one thread), both ended after the test. Skips without the
+    ``distributed`` extra."""
+    pytest.importorskip("distributed")
+    address_file = tmp_path / "scheduler.json"
+    common = ["--scheduler-file", str(address_file), "--no-dashboard"]
+    scheduler = subprocess.Popen(
+        [sys.executable, "-m", "distributed.cli.dask_scheduler", "--port", "0", *common],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    worker = None
+    try:
+        deadline = time.monotonic() + 60
+        while not address_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        address = json.loads(address_file.read_text())["address"]
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "distributed.cli.dask_worker", "--nthreads", "1", *common],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        yield address
+    finally:
+        for process in (worker, scheduler):
+            if process is not None:
+                process.terminate()
+                process.wait(timeout=30)

@@ -29,6 +29,7 @@ from tests.conftest import REPO_ROOT
             "afa-2d-b: ratio",
         ),
         (["benchmarks/bench_attention.py", "--probe-memory", "isotropic AFA", "32"], "peak_mib"),
+        (["benchmarks/bench_distributed.py", "--quick"], "same bits from 1 and 2 workers: True"),
     ],
 )
 def test_benchmark_script_runs(argv, expected):

@@ -11,50 +11,31 @@ worker's time for each check.
 
 Dask is an optional extra (``pip install 'filtersuite[distributed]'``): it is imported only when
 ``--workers`` or ``--scheduler`` is given, and a missing install is one line saying how to get
-it (`DistributedUnavailable`).
+it (`DistributedUnavailable`). The cluster and that message are `sde_sim.distributed`'s.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
+# The cluster and the missing-extra message are the suite's shared ones (re-exported here for
+# `verify.cli` and `figures.distributed`).
+from sde_sim.distributed import INSTALL_HINT, DistributedUnavailable, cluster_client
 from verify.registry import REGISTRY, Check, Result, select
 
-INSTALL_HINT = "pip install 'filtersuite[distributed]' (or: make install)"
-
-
-class DistributedUnavailable(RuntimeError):
-    """``dask.distributed`` is not installed; the message says how to install it."""
+__all__ = [
+    "INSTALL_HINT",
+    "DistributedUnavailable",
+    "cluster_client",
+    "run_check",
+    "run_distributed",
+]
 
 
 def run_check(check_id: str, quick: bool) -> Result:
     """Run the registered check ``check_id`` (on a worker: the registry is imported there)."""
     select()  # importing verify.checks registers every check
     return REGISTRY[check_id].run(quick)
-
-
-@contextlib.contextmanager
-def cluster_client(workers: int | None, scheduler: str | None) -> Iterator[object]:
-    """A ``distributed.Client``: a fresh ``LocalCluster`` of ``workers`` single-threaded
-    processes, or the scheduler at ``scheduler``; closed (with its cluster) on exit."""
-    try:
-        from distributed import Client, LocalCluster
-    except ImportError:
-        raise DistributedUnavailable(
-            f"--workers and --scheduler need Dask distributed: {INSTALL_HINT}"
-        ) from None
-    if scheduler is not None:
-        with Client(scheduler) as client:
-            yield client
-        return
-    with (
-        LocalCluster(
-            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
-        ) as cluster,
-        Client(cluster) as client,
-    ):
-        yield client
 
 
 def run_distributed(

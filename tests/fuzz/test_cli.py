@@ -110,8 +110,11 @@ def simulate_argv(draw, folder: Path):
         argv += [flag, draw(st.sampled_from(options[flag]))]
     if "--steps" not in argv:  # keep valid runs small
         argv += ["--steps", "30"]
-    if draw(st.booleans()):
-        argv += ["--out", _path(draw, folder, ".npz")]
+    if draw(st.booleans()):  # a .zarr store a quarter of the time, written block by block
+        suffix = draw(st.sampled_from([".npz", ".npz", ".npz", ".zarr"]))
+        argv += ["--out", _path(draw, folder, suffix)]
+    if draw(st.integers(0, 5)) == 0:
+        argv += ["--chunk-paths", draw(st.sampled_from(["4096", "8192", "100", "0", "x"]))]
     if draw(st.integers(0, 5)) == 0:
         argv += ["--plot", _path(draw, folder, ".png")]
     if draw(st.booleans()):

@@ -196,3 +196,22 @@ def test_caller_metadata_cannot_replace_the_recorded_seed_or_path_count():
             simulate(_scenario(), 2, meta={key: 7})
     with pytest.raises(TypeError, match="meta must be a dict or None"):
         simulate(_scenario(), 2, meta=[("seed", 1)])
+
+
+def test_paths_are_seeded_per_block_of_paths():
+    """Seeding scheme 2: a path's bits depend on its seed and its block of `PATH_BLOCK` paths,
+    not on how many paths the run has; the first block keeps the single-stream bits of
+    scheme 1 (its draws are exactly those of a run of `PATH_BLOCK` paths)."""
+    from sde_sim.scenario import PATH_BLOCK, SEEDING
+
+    sc = _scenario().replace(n_steps=5)
+    small = simulate(sc, PATH_BLOCK, seed=8)
+    big = simulate(sc, 2 * PATH_BLOCK + 3, seed=8)
+    bigger = simulate(sc, 3 * PATH_BLOCK, seed=8)
+    assert big.meta["seeding"] == SEEDING and big.meta["path_block"] == PATH_BLOCK
+    for name in ("x", "z", "x_obs", "outlier", "missing"):
+        a, b, c = (getattr(s, name) for s in (small, big, bigger))
+        assert np.array_equal(a, b[:PATH_BLOCK], equal_nan=True), name
+        assert np.array_equal(b[: 2 * PATH_BLOCK], c[: 2 * PATH_BLOCK], equal_nan=True), name
+    # blocks are independent draws, not copies of one another
+    assert not np.array_equal(big.x[:PATH_BLOCK], big.x[PATH_BLOCK : 2 * PATH_BLOCK])

@@ -59,35 +59,10 @@ def test_workers_must_be_positive(capsys):
     assert "--workers must be >= 1" in capsys.readouterr().err
 
 
-def test_a_cluster_started_by_the_dask_commands(tmp_path):
-    """`dask scheduler` and `dask worker` processes, as on a cluster; `--scheduler` reaches them."""
-    import subprocess
-    import time
-
-    address_file = tmp_path / "scheduler.json"
-    common = ["--scheduler-file", str(address_file), "--no-dashboard"]
-    scheduler = subprocess.Popen(
-        [sys.executable, "-m", "distributed.cli.dask_scheduler", "--port", "0", *common],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    worker = None
-    try:
-        deadline = time.monotonic() + 60
-        while not address_file.exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        address = json.loads(address_file.read_text())["address"]
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "distributed.cli.dask_worker", "--nthreads", "1", *common],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        status, parallel = _run(tmp_path, "commands", "--scheduler", address)
-    finally:
-        for process in (worker, scheduler):
-            if process is not None:
-                process.terminate()
-                process.wait(timeout=30)
+def test_a_cluster_started_by_the_dask_commands(tmp_path, dask_commands_cluster):
+    """`dask scheduler` and `dask worker` processes, as on a cluster; `--scheduler` reaches them
+    (the processes: `tests/conftest.py`)."""
+    status, parallel = _run(tmp_path, "commands", "--scheduler", dask_commands_cluster)
     _, serial = _run(tmp_path, "serial")
     assert status == 0
     _same(serial, parallel)
