@@ -30,7 +30,9 @@ Where: serially in this process (Dask is then not imported), or with ``--workers
 ``--scheduler ADDRESS`` as one Dask task per point (`verify.distributed.cluster_client`). A task
 whose worker dies is rescheduled by the scheduler (up to its ``allowed-failures``, 3 by
 default) and an exception is retried (``retries=2``); both resume from the checkpoint. A point
-that still fails gets a ``failed`` row with the error, and the exit status is 1.
+that still fails gets a ``failed`` row with the error, and the exit status is 1. With
+``--scheduler`` the workers write the run directories themselves: ``DIR`` must be a path they
+all reach (a shared file system).
 """
 
 from __future__ import annotations
@@ -141,22 +143,27 @@ def plan(
     from verify.training import LAYERS, TrainConfig
 
     overrides = dict(overrides or {})
-    fields = set(TrainConfig.__dataclass_fields__)
+    fields = list(TrainConfig.__dataclass_fields__)
     for key in overrides:
         if key in ("layer", "seed"):
             raise ValueError(f"--set {key}: the grid sets it (use --layers / --seeds)")
         if key not in fields:
             raise ValueError(f"--set {key}: not a training setting (one of {', '.join(fields)})")
-    unknown = [c for c in cases if c not in CASES]
-    if unknown or not cases:
-        raise ValueError(
-            f"--cases: unknown case {unknown[:1] or cases!r}; known: {', '.join(CASES)}"
-        )
-    bad = [layer for layer in layers or () if layer not in LAYERS]
-    if bad or (layers is not None and not layers):
-        raise ValueError(f"--layers: unknown layer {bad[:1]!r}; known: {', '.join(LAYERS)}")
+    for flag, names, known in (("--cases", cases, CASES), ("--layers", layers, LAYERS)):
+        if names is None:
+            continue
+        if not names:
+            raise ValueError(f"{flag}: none given; known: {', '.join(known)}")
+        for k, name in enumerate(names):
+            if name not in known:
+                raise ValueError(f"{flag}: unknown {name!r}; known: {', '.join(known)}")
+            if name in names[:k]:
+                raise ValueError(f"{flag}: {name!r} given twice")
     if not seeds:
         raise ValueError("--seeds: no seed given")
+    steps = overrides.get("steps")
+    if isinstance(steps, int) and not isinstance(steps, bool) and "eval_every" not in overrides:
+        overrides["eval_every"] = max(steps // 8, 1)  # as Case.config does
     points = []
     for name in cases:
         case = CASES[name]
@@ -166,8 +173,6 @@ def plan(
                 if layer != fields_["layer"]:
                     fields_.update(layer=layer, layer_options={})
                 fields_.update(overrides)
-                if "steps" in overrides and "eval_every" not in overrides:
-                    fields_["eval_every"] = max(int(overrides["steps"]) // 8, 1)
                 try:
                     config = TrainConfig(**fields_)
                 except (TypeError, ValueError) as exc:
@@ -184,7 +189,7 @@ def point_state(point: Point, out: Path) -> str:
     from verify.training import CONFIG
 
     run = out / point.run
-    wanted = point.config.to_dict()
+    wanted = _as_saved(point.config)
     row = _read_json(run / ROW)
     if isinstance(row, dict) and row.get("config") == wanted:
         return "done"
@@ -192,6 +197,12 @@ def point_state(point: Point, out: Path) -> str:
         return "new"
     saved = _read_json(run / CONFIG)
     return "partial" if saved == wanted else "other"
+
+
+def _as_saved(config) -> dict:
+    """``config.to_dict()`` as it reads back from JSON (tuples as lists), for comparisons with
+    the files."""
+    return json.loads(json.dumps(config.to_dict()))
 
 
 def _read_json(path: Path):
@@ -212,7 +223,7 @@ def run_point(point: Point, out: str, threads: int = 1) -> dict:
 
     run = Path(out) / point.run
     done = _read_json(run / ROW)
-    if isinstance(done, dict) and done.get("config") == point.config.to_dict():
+    if isinstance(done, dict) and done.get("config") == _as_saved(point.config):
         return done["row"]  # a task rerun after its result was lost with its worker
     start = load_checkpoint(run / CHECKPOINT)["step"] if (run / CHECKPOINT).exists() else 0
     attempt = {"start_step": start, "host": socket.gethostname(), "pid": os.getpid()}
