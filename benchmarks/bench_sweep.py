@@ -7,7 +7,9 @@ each, one torch thread per training (`verify.sweep.run_sweep`, ``threads=1``). C
 started before the timing (cluster start-up, printed separately, is not in the time) and warmed
 up by one tiny training on every worker. Each timed call sweeps into a fresh folder,
 so every point trains; the time is the sweep's wall time, the best of ``--repeats`` interleaved
-rounds (`_harness.interleaved_best`). Ratio: ``time(1 worker) / time(2 workers)``.
+rounds (`_harness.interleaved_best`). Ratio: ``time(1 worker) / time(2 workers)``. The
+workers' CPU seconds of the last sweep are printed beside it: equal CPU with a ratio under 2
+means the cores were busy with other work, not that the sweep did more.
 
 A sweep is embarrassingly parallel, so with 8 equal points and 2 free cores the ratio is near 2,
 less the scheduling and the load of other processes on the machine (`machine_lines` records
@@ -29,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _harness import Column, interleaved_best, machine_lines, print_table
+from _harness import Column, interleaved_best, load_text, machine_lines, print_table
 
 from verify.sweep import TABLE_CSV, plan, run_sweep
 
@@ -60,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     for line in machine_lines(packages=("torch", "dask", "distributed")):
         print(f"# {line}")
 
-    clusters, clients, startup = {}, {}, {}
+    clusters, clients, startup, cpu = {}, {}, {}, {}
     try:
         for n in (1, 2):
             start = time.perf_counter()
@@ -81,7 +83,10 @@ def main(argv: list[str] | None = None) -> int:
             def sweep(n):
                 out = Path(tmp) / f"w{n}-{next(counter)}"
                 address = clusters[n].scheduler_address
+                before = clients[n].run(_cpu_seconds)
                 result = run_sweep(points, out, scheduler=address, quiet=True)
+                after = clients[n].run(_cpu_seconds)
+                cpu[n] = sum(after[w] - before[w] for w in after)
                 assert result.failed == 0, result.rows
                 return (out / TABLE_CSV).read_bytes()
 
@@ -95,16 +100,27 @@ def main(argv: list[str] | None = None) -> int:
             clusters[n].close()
     same = tables["1 worker"] == tables["2 workers"]
     columns = [Column("workers", 10), Column("start-up s", 10, ">"), Column("sweep s", 9, ">")]
-    columns.append(Column("vs 1 worker", 11, ">"))
+    columns += [Column("vs 1 worker", 11, ">"), Column("workers' CPU s", 14, ">")]
     rows = [
-        (name, f"{startup[n]:.1f}", f"{best[name]:.2f}", f"{best['1 worker'] / best[name]:.2f} x")
+        (
+            name,
+            f"{startup[n]:.1f}",
+            f"{best[name]:.2f}",
+            f"{best['1 worker'] / best[name]:.2f} x",
+            f"{cpu[n]:.1f}",
+        )
         for n, name in ((1, "1 worker"), (2, "2 workers"))
     ]
     print_table(columns, rows)
     ratio = best["1 worker"] / best["2 workers"]
     print(f"speed-up 2 workers / 1 worker: {ratio:.2f} x (target >= 1.7 x)")
-    print(f"tables bit-identical: {'yes' if same else 'NO'}")
+    print(f"tables bit-identical: {'yes' if same else 'NO'}; after: {load_text()}")
     return 0 if same else 1
+
+
+def _cpu_seconds() -> float:
+    """This worker process's CPU seconds so far (user + system)."""
+    return time.process_time()
 
 
 def _warm(case: str) -> None:

@@ -71,6 +71,7 @@ def test_serial_sweep_writes_a_table_of_train_runs(serial):
 
 
 def test_two_workers_give_the_serial_table(serial, tmp_path):
+    pytest.importorskip("distributed")
     out = tmp_path / "parallel"
     assert _sweep(out, "--workers", "2") == 0
     assert _table(out) == _table(serial)  # bit-identical: CSV and JSON bytes
@@ -79,11 +80,16 @@ def test_two_workers_give_the_serial_table(serial, tmp_path):
 def test_a_killed_worker_loses_nothing(serial, tmp_path, monkeypatch):
     """The first attempt of one point exits its worker process (``os._exit``) right after its
     first checkpoint; the scheduler reruns it on the restarted worker, which resumes from that
-    checkpoint, and the table is the uninterrupted serial one."""
+    checkpoint, and the table is the uninterrupted serial one. The cluster is reached by its
+    address (``--scheduler``), as a cluster started elsewhere would be."""
+    distributed = pytest.importorskip("distributed")
     marker = tmp_path / "killed"
-    monkeypatch.setenv(sweep.CRASH_VARIABLE, f"ou/afa/seed-0={marker}")
+    monkeypatch.setenv(sweep.CRASH_VARIABLE, f"ou/afa/seed-0={marker}")  # before the spawn
     out = tmp_path / "killed-sweep"
-    assert _sweep(out, "--workers", "2") == 0
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster:
+        assert _sweep(out, "--scheduler", cluster.scheduler_address) == 0
     assert marker.read_text().strip() == "2"  # the worker died with the step-2 checkpoint
     starts = [a["start_step"] for a in _attempts(out, "ou/afa/seed-0")]
     assert starts == [0, 2]  # retried once, from the checkpoint
