@@ -44,6 +44,7 @@ import json
 import os
 import socket
 import sys
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -382,13 +383,15 @@ def _run_on_dask(points, out: Path, workers, scheduler, threads: int, progress) 
     with cluster_client(workers, scheduler) as client:
         from distributed import as_completed
 
+        # a fresh key per sweep: a cluster may still hold an earlier sweep's results
+        token = uuid.uuid4().hex[:12]
         futures = {
             client.submit(
                 run_point,
                 p,
                 str(out.resolve()),
                 threads,
-                key=f"sweep-{p.run}",
+                key=f"sweep-{p.run}-{token}",
                 pure=False,
                 retries=RETRIES,
             ): p
