@@ -59,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         seeds, overrides = range(2), {"steps": 2, **QUICK}
     points = plan(args.cases, None, list(seeds), overrides=overrides)
     print(f"# sweep of {len(points)} trainings: {', '.join(args.cases)}, {overrides}")
-    for line in machine_lines(packages=("torch", "dask", "distributed")):
+    extra = [f"before    : {load_text()}"]
+    for line in machine_lines(extra, packages=("torch", "dask", "distributed")):
         print(f"# {line}")
 
     clusters, clients, startup, cpu = {}, {}, {}, {}
