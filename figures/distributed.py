@@ -2,7 +2,7 @@
 
 Each figure's compute step (`figures.computed`) is one task; only its name goes out and its
 data (numbers, no matplotlib) come back, so the client plots and writes every file itself and
-the workers need no shared file system. The cluster is `verify.distributed.cluster_client`'s: a
+the workers need no shared file system. The cluster is `sde_sim.distributed.cluster_client`'s: a
 ``LocalCluster`` of ``N`` single-threaded worker processes, or the scheduler at ``ADDR``.
 Results are yielded as they complete, so each figure is written as soon as it is ready and a
 failure in one does not discard those already made. A worker process keeps its trained models
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from figures import computed
-from verify.distributed import cluster_client
+from sde_sim.distributed import cluster_client
 
 
 def computed_on_cluster(

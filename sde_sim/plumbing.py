@@ -16,9 +16,10 @@ command quietly with status 1.
 
 Also here: `OneLineParser` (argparse whose errors are `UsageError`s), `check_target` (an output
 refused before anything runs: it exists without ``--force``, or its folder cannot be written),
-`atomic_write` (temporary file + rename; never clobbers without ``overwrite``) and
-`package_version`. This module sits at the bottom of the dependency chain (``sde_sim`` <-
-``estimators`` <- ``verify`` <- ``figures``) and imports nothing of the suite.
+`atomic_write` (temporary file + rename; never clobbers without ``overwrite``), `json_options`
+(repeatable ``KEY=VALUE`` options, VALUEs in JSON) and `package_version`. This module sits at
+the bottom of the dependency chain (``sde_sim`` <- ``estimators`` <- ``verify`` <- ``figures``)
+and imports nothing of the suite.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import glob
+import json
 import os
 import sys
 import tempfile
@@ -134,6 +136,24 @@ def check_target(path: Path | None, flag: str, *, force: bool, suffix: str | Non
     if path.exists() and not force:
         raise UsageError(f"{path} exists; pass --force to overwrite it")
     check_folder(path.parent, flag, shown=path)
+
+
+def json_options(items: list[str], flag: str) -> dict:
+    """``["nu=1.0", "learn_nu=true"]`` -> ``{"nu": 1.0, "learn_nu": True}``: the KEY=VALUE
+    items of a repeatable option `flag`, VALUEs in JSON; a `UsageError` naming `flag` for an
+    item that is not KEY=VALUE or a VALUE that is not JSON."""
+    options = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"{flag} expects KEY=VALUE, found {item!r}")
+        try:
+            options[key] = json.loads(text)
+        except json.JSONDecodeError:
+            raise UsageError(
+                f'{flag} {key}: VALUE must be JSON (1.0, true, "text"), found {text!r}'
+            ) from None
+    return options
 
 
 def check_folder(folder: Path, flag: str, *, shown: Path | None = None) -> None:

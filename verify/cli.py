@@ -6,7 +6,8 @@ contract (`sde_sim.plumbing.run_cli`: one line on stderr, no traceback unless
 ``FILTERSUITE_DEBUG=1``).
 
 ``python -m verify train ...`` trains a layer on simulated data (`verify.training`); see
-``python -m verify train --help``.
+``python -m verify train --help``. ``python -m verify sweep ...`` trains a grid of them
+(`verify.sweep`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from sde_sim.plumbing import (
     UsageError,
     atomic_write,
     check_target,
+    json_options,
     package_version,
     run_cli,
 )
@@ -185,20 +187,8 @@ def build_train_parser() -> argparse.ArgumentParser:
 
 
 def _json_options(items: list[str], flag: str = "--layer-option") -> dict:
-    """``["nu=1.0", "learn_nu=true"]`` -> ``{"nu": 1.0, "learn_nu": True}``: the KEY=VALUE
-    items of a repeatable `flag`, VALUEs in JSON."""
-    options = {}
-    for item in items:
-        key, sep, text = item.partition("=")
-        if not sep or not key:
-            raise UsageError(f"{flag} expects KEY=VALUE, found {item!r}")
-        try:
-            options[key] = json.loads(text)
-        except json.JSONDecodeError:
-            raise UsageError(
-                f'{flag} {key}: VALUE must be JSON (1.0, true, "text"), found {text!r}'
-            ) from None
-    return options
+    """`sde_sim.plumbing.json_options`, by default for ``--layer-option``."""
+    return json_options(items, flag)
 
 
 def _train(argv: list[str]) -> int:
@@ -324,4 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] == "train":
         return train_main(argv[1:])
+    if argv and argv[0] == "sweep":
+        from verify.sweep import main as sweep_main
+
+        return sweep_main(argv[1:])
     return run_cli(_run, argv, prog=PROG)

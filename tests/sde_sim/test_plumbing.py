@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from sde_sim import cli, plumbing
-from sde_sim.plumbing import UsageError, run_cli
+from sde_sim.plumbing import UsageError, json_options, run_cli
 from tests.conftest import REPO_ROOT
 
 PROG = "python -m demo"
@@ -157,3 +157,14 @@ def test_check_target_refuses_before_anything_is_written(tmp_path):
 
 def test_package_version_is_recorded():
     assert isinstance(plumbing.package_version(), str) and plumbing.package_version()
+
+
+def test_json_options_parse_key_value_items_and_name_the_flag():
+    assert json_options(["nu=1.0", "learn_nu=true", 'name="x"'], "--opt") == {
+        "nu": 1.0,
+        "learn_nu": True,
+        "name": "x",
+    }
+    for item, words in (("nu", "--opt expects KEY=VALUE"), ("nu=one", "--opt nu: VALUE")):
+        with pytest.raises(UsageError, match=words):
+            json_options([item], "--opt")
