@@ -70,3 +70,15 @@ def test_corollary1_bounds_fail_without_its_choice_of_damping():
 
     assert corollary1_ratios(np.random.default_rng(56), 0.1)[0] < 1
     assert corollary1_ratios(np.random.default_rng(56), 0.1, damping=0.5)[0] > 1
+
+
+def test_table3_matrix_objective_matches_the_update_with_one_key_slot():
+    """`kla.printed-table3-matrix-objective` compares the right things: with d_k = 1 the matrix
+    objective has no coupling and its argmin is the printed update to round-off."""
+    from verify.checks.kla import _table3_update
+
+    rng = np.random.default_rng(0)
+    s_prev, k, v = rng.normal(size=(1, 3)), rng.normal(size=1), rng.normal(size=3)
+    gram = 0.7 + 1.3 * k[0] ** 2
+    argmin = (0.7 * 0.9 * s_prev + 1.3 * np.outer(k, v)) / gram
+    np.testing.assert_allclose(_table3_update(0.9, s_prev, k, v, 0.7, 1.3), argmin, rtol=1e-13)

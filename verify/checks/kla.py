@@ -670,6 +670,78 @@ def _eq21_argmin(quick: bool) -> float:
     return max(symbolic_residual(argmin - gated), symbolic_residual(convex))
 
 
+def _table3_update(a, s_prev, k, v, lam_prior, lam_v):
+    """Table 3's KLA update, elementwise: ``S = a (1 - k^2 Lv / L) S_prev + k (Lv v)^T / L`` with
+    ``L = L_prior + k^2 Lv`` per slot (i over keys ``k``, j over values ``v``)."""
+    k2 = k[:, None] ** 2
+    lam = lam_prior + k2 * lam_v
+    return a * (1 - k2 * lam_v / lam) * s_prev + k[:, None] * (lam_v * v[None, :]) / lam
+
+
+@check(
+    "kla.table3-row-per-slot",
+    title="Table 3's KLA row read per slot: the update S_t = A (1 - k^2 Lv / L) S_{t-1} + k (Lv "
+    "v)^T / L is the stationary point of sum_ij [Lp (S - A S_{t-1})^2 + Lv (k_i S_ij - v_j)^2] "
+    "(2 x 2 state, symbolic; convex)",
+    source=seed(1, "4.3, Table 3 (KLA row); seed 001 digest section 1.8"),
+    kind="symbolic",
+    tolerance=0.0,
+)
+def _table3_per_slot(quick: bool) -> float:
+    n = 2
+    S = sp.Matrix(n, n, lambda i, j: sp.Symbol(f"S{i}{j}", real=True))
+    P = sp.Matrix(n, n, lambda i, j: sp.Symbol(f"P{i}{j}", real=True))  # S_{t-1}
+    A = sp.Matrix(n, n, lambda i, j: sp.Symbol(f"a{i}{j}", positive=True))
+    Lp = sp.Matrix(n, n, lambda i, j: sp.Symbol(f"Lp{i}{j}", positive=True))
+    Lv = sp.Matrix(n, n, lambda i, j: sp.Symbol(f"Lv{i}{j}", positive=True))
+    k = sp.symbols("k0:2", real=True)
+    v = sp.symbols("v0:2", real=True)
+    loss = sum(
+        Lp[i, j] * (S[i, j] - A[i, j] * P[i, j]) ** 2 + Lv[i, j] * (k[i] * S[i, j] - v[j]) ** 2
+        for i in range(n)
+        for j in range(n)
+    )
+    update = {}
+    for i in range(n):
+        for j in range(n):
+            lam = Lp[i, j] + k[i] ** 2 * Lv[i, j]
+            update[S[i, j]] = (
+                A[i, j] * (1 - k[i] ** 2 * Lv[i, j] / lam) * P[i, j] + k[i] * Lv[i, j] * v[j] / lam
+            )
+    gradient = [sp.diff(loss, S[i, j]).subs(update) for i in range(n) for j in range(n)]
+    hessian = sp.hessian(loss, list(S)) - sp.diag(
+        *[2 * (Lp[i, j] + k[i] ** 2 * Lv[i, j]) for i in range(n) for j in range(n)]
+    )
+    return max(max(symbolic_residual(g) for g in gradient), symbolic_residual(hessian))
+
+
+@check(
+    "kla.printed-table3-matrix-objective",
+    title="Table 3's KLA row read as printed, with a matrix objective Lp |S - A S_{t-1}|_F^2 + Lv "
+    "|S^T k - v|^2 (S: d_k x d_v): its argmin (I Lp + Lv k k^T)^-1 (...) is not the elementwise "
+    "update beside it (residual: relative gap, d_k = 4)",
+    source=seed(1, "4.3, Table 3 (KLA row); seed 001 digest section 1.8"),
+    kind="numeric",
+    tolerance=1e-8,
+    expect="fails",
+)
+def _printed_table3(quick: bool) -> Outcome:
+    # With one scalar Lp, Lv the matrix objective's normal equations couple the rows through
+    # k k^T; the printed update solves each slot alone. They agree only if d_k = 1.
+    rng = np.random.default_rng(19)
+    worst = np.inf
+    for _ in range(3 if quick else 20):
+        dk, dv = 4, 3
+        a = rng.uniform(0.5, 1.0)
+        s_prev, k, v = rng.normal(size=(dk, dv)), rng.normal(size=dk), rng.normal(size=dv)
+        lam_prior, lam_v = rng.uniform(0.5, 2.0), rng.uniform(0.5, 2.0)
+        gram = lam_prior * np.eye(dk) + lam_v * np.outer(k, k)
+        argmin = np.linalg.solve(gram, lam_prior * a * s_prev + lam_v * np.outer(k, v))
+        stated = _table3_update(a, s_prev, k, v, lam_prior, lam_v)
+        worst = min(worst, float(np.abs(argmin - stated).max() / np.abs(argmin).max()))
+    return Outcome(worst, "smallest relative gap over random draws")
+
+
 @check(
     "kla.operators-associative",
     title="Cors. 1.1, 2.1: the normalised Moebius and the affine combine operators of "
