@@ -48,13 +48,14 @@ def last_row_logits(layer: OscillatorAttention, q, k, t) -> torch.Tensor:
     beta, z0, z1 = _anchor_state(k, p)  # (B, H, T, M, D), (B, H, T, D) x 2
     om, ga = p.omega[:, None, :], p.gamma[:, None, :]  # (H, 1, D)
     total = torch.zeros(k.shape[:3], dtype=amp.dtype, device=k.device)
+    lag_n = lag.unsqueeze(-2)  # (B, 1, T, 1, 1): broadcasts over the drive modes n
+    wn = p.drive_freqs[:, None]  # (M, 1)
+    E = propagator(om, ga, lag)  # (B, H, T, D, 2, 2), shared by the bank
     for m in range(freqs.shape[0]):
-        w0, w1 = _damped_kernel(om, ga, lag, freqs[m])  # (B, H, T, D)
-        inner = w0 * z0 + w1 * z1
-        for n in range(p.drive_freqs.shape[0]):
-            wn = p.drive_freqs[n]
-            b = beta[..., n, :]
-            inner = inner + 0.5 * (b * _box(freqs[m] + wn, lag) + b.conj() * _box(freqs[m] - wn, lag))
+        w0, w1 = _damped_kernel(om, ga, lag, freqs[m], E)  # (B, H, T, D)
+        plus, minus = _box(freqs[m] + wn, lag_n), _box(freqs[m] - wn, lag_n)  # (B, 1, T, M, 1)
+        steady = 0.5 * (beta * plus + beta.conj() * minus).sum(-2)  # (B, H, T, D)
+        inner = w0 * z0 + w1 * z1 + steady
         rot = torch.polar(torch.ones_like(t), freqs[m] * t)[:, None, :]  # e^{i omega_m t_j}
         total = total + (amp[:, :, m, None, :] * inner).sum(-1) * rot
     lag3 = lag[..., 0]  # (B, 1, T)
@@ -72,7 +73,9 @@ def last_row_values(layer: OscillatorAttention, v, t) -> torch.Tensor:
     beta, z0, z1 = _anchor_state(v, p)
     E = propagator(p.omega[:, None, :], p.gamma[:, None, :], lag)  # (B, H, T, D, 2, 2)
     out = E[..., 0, 0] * z0 + E[..., 0, 1] * z1
-    phase = torch.polar(torch.ones_like(lag).unsqueeze(-2), p.drive_freqs[:, None] * lag[..., None, :])
+    phase = torch.polar(
+        torch.ones_like(lag).unsqueeze(-2), p.drive_freqs[:, None] * lag[..., None, :]
+    )
     return out + (beta * phase).real.sum(-2)
 
 

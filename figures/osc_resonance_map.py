@@ -234,9 +234,7 @@ def plot(data: Data):
         ax_phase.set_title("(c) best phase phi* vs arg H")
         ax_phase.legend()
         c = data.config
-        fig.suptitle(
-            f"{TITLE} (omega_0 = {c.omega0:g}, zeta = {c.zeta:g}, window {c.delta:g})"
-        )
+        fig.suptitle(f"{TITLE} (omega_0 = {c.omega0:g}, zeta = {c.zeta:g}, window {c.delta:g})")
     return fig
 
 

@@ -60,8 +60,8 @@ SIGMA_LEVEL = 5.0
 class Config:
     """``drive_gain`` ``g`` and ``drive_freq`` ``w`` of the driven key; ``n_grid`` times on
     ``[0, horizon]``, the ODE reference on every ``ode_every``-th (it integrates from every
-    anchor of its grid, so it costs ~N^2); ``n_paths`` simulated noisy paths per regime (``n_shown`` drawn);
-    ``seed`` of the simulation."""
+    anchor of its grid, so it costs ~N^2); ``n_paths`` simulated noisy paths per regime
+    (``n_shown`` drawn); ``seed`` of the simulation."""
 
     drive_gain: float = 2.0
     drive_freq: float = 1.5
@@ -226,8 +226,7 @@ def plot(data: Data):
             if p.printed is not None:
                 ax.plot(p.t, p.printed, ":", color="C3", lw=1.4, label="printed U, V (A.5.4)")
             ax.set_title(
-                f"(a) {p.variant}damped, zeta = {p.zeta:g}: |closed - ODE| <= "
-                f"{p.closed_error:.0e}"
+                f"(a) {p.variant}damped, zeta = {p.zeta:g}: |closed - ODE| <= {p.closed_error:.0e}"
             )
             ax.set_xlabel("s = t - t_j")
             ax.set_ylabel("key x(s)")
