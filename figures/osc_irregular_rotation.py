@@ -20,7 +20,8 @@ References: chance ``1 / n_classes``, and the grid maximum-likelihood classifier
 frequency, least squares of both coordinates on ``[cos w t, sin w t]``, the smallest residual
 wins; the noise is white and Gaussian with a common variance, so this is the MLE of the class
 with ``A, phi`` profiled out). Negative control: the trained model on held-out inputs paired
-with the time stamps of other held-out sequences (the frequency information is destroyed).
+with each sequence's observations shuffled over its time stamps (`scramble`: the frequency
+information is destroyed).
 
 Figure 3: (a) training loss, (b) held-out accuracy against optimizer steps, (c, d) the mean
 attention weight of the last query over token positions at initialisation and after training.
@@ -71,7 +72,8 @@ class Config:
 
     @classmethod
     def quick(cls) -> Config:
-        return cls(n_train=1000, n_holdout=300, steps=50, evals=5)
+        # 40 steps at a larger rate: the held-out accuracy leaves chance within the quick budget
+        return cls(n_train=1000, n_holdout=300, steps=40, lr=5e-2, evals=4)
 
     @classmethod
     def full(cls) -> Config:
@@ -131,6 +133,14 @@ def mle_accuracy(x: np.ndarray, t: np.ndarray, labels: np.ndarray, freqs: np.nda
     return float(np.mean(residual.argmin(axis=1) == labels))
 
 
+def scramble(inputs: torch.Tensor, seed: int) -> torch.Tensor:
+    """The negative control's input: each sequence's observations in a random order of its
+    positions (the time stamps stay), so nothing links a value to its time."""
+    g = torch.Generator().manual_seed(seed + 1)
+    order = torch.argsort(torch.rand(inputs.shape[:2], generator=g), dim=1)
+    return torch.gather(inputs, 1, order[..., None].expand_as(inputs))
+
+
 @torch.no_grad()
 def _accuracy(model, inputs, t, labels) -> float:
     return float((model.last(inputs, t).argmax(-1) == labels).double().mean())
@@ -162,8 +172,7 @@ def compute(cfg: Config | None = None) -> Data:
         seconds = time.process_time() - start
         with torch.no_grad():
             _, w = model.last(held.inputs, held.t, need_weights=True)
-        perm = torch.roll(torch.arange(held.t.shape[0]), 1)
-        shuffled = _accuracy(model, held.inputs, held.t[perm], held.targets)
+        shuffled = _accuracy(model, scramble(held.inputs, cfg.seed), held.t, held.targets)
     finally:
         torch.set_num_threads(threads)
     labels = held.targets.numpy()
@@ -209,7 +218,7 @@ def plot(data: Data):
         ax.plot(data.steps, data.accuracy, "o-", ms=3, label="OsciFormer (held out)")
         ax.axhline(data.chance, color="0.6", lw=0.8, label="chance")
         ax.axhline(data.mle_accuracy, color=style.OPTIMUM, lw=0.8, label="grid MLE")
-        ax.axhline(data.shuffled_accuracy, color="C3", ls=":", label="shuffled times (control)")
+        ax.axhline(data.shuffled_accuracy, color="C3", ls=":", label="scrambled order (control)")
         ax.set_ylim(0, 1.05)
         ax.set_title("3(b) accuracy vs steps")
         ax.set_xlabel("optimizer step")
@@ -255,8 +264,9 @@ def caption(data: Data) -> str:
         f"J = {c.num_modes}; {data.seconds:.0f} s of CPU. Paper: Figs. 3-4 show the loss "
         "falling, accuracy rising and attention concentrating on resonant keys; it gives no "
         f"accuracy number. Here: held-out accuracy {data.final_accuracy:.3f} against chance "
-        f"{data.chance:.3f} and the grid MLE {data.mle_accuracy:.3f}; with the time stamps of "
-        f"other sequences (negative control) {data.shuffled_accuracy:.3f}. The mean attention of "
+        f"{data.chance:.3f} and the grid MLE {data.mle_accuracy:.3f}; with each sequence's "
+        f"observations shuffled over its time stamps (negative control) "
+        f"{data.shuffled_accuracy:.3f}. The mean attention of "
         f"the last query is {_spread(data.weights_init)} at initialisation and "
         f"{_spread(data.weights_trained)} after training. Query bank and initial omega on the "
         "data band (E.2: [1e-2, 1e1] in time rescaled to [0, 1]); query by ridge fit, not learned."

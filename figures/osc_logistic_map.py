@@ -55,8 +55,8 @@ class Config:
     horizon: int = 40
     width: int = 16
     modes: tuple[int, ...] = (8, 16)
-    steps: int = 300
-    batch_size: int = 64
+    steps: int = 200
+    batch_size: int = 32
     lr: float = 1e-2
     evals: int = 5
     seed: int = 0
@@ -64,7 +64,7 @@ class Config:
 
     @classmethod
     def quick(cls) -> Config:
-        return cls(n_windows=500, n_test=16, horizon=30, steps=60, batch_size=32)
+        return cls(n_windows=500, n_test=16, horizon=30, steps=40)
 
     @classmethod
     def full(cls) -> Config:
