@@ -23,6 +23,10 @@ FIGURES: dict[str, str] = {
     "covariance_vs_lag": "figures.covariance_vs_lag",
     "training_curves": "figures.training_curves",
     "convergence_vs_data": "figures.convergence_vs_data",
+    "osc_trajectories": "figures.osc_trajectories",
+    "osc_irregular_rotation": "figures.osc_irregular_rotation",
+    "osc_resonance_map": "figures.osc_resonance_map",
+    "osc_logistic_map": "figures.osc_logistic_map",
 }
 
 

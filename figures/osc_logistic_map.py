@@ -243,8 +243,36 @@ def caption(data: Data) -> str:
         "windows of the held-out tail (window, horizon, sizes: our choices; the paper gives "
         "none). Paper: with J = 8 the forecast quickly leaves the attractor with unrealistic "
         "amplitude; with J = 16 it stays in range but decorrelates after a few steps. Here "
-        f"(attractor [{lo:.2f}, {hi:.2f}], mean-predictor MSE {data.variance:.2g}): {parts}."
+        f"(attractor [{lo:.2f}, {hi:.2f}], mean-predictor MSE {data.variance:.2g}): {parts}. "
+        + _verdict(data)
     )
+
+
+def _verdict(data: Data) -> str:
+    """Where the measurement agrees with the paper's two statements and where not."""
+    by_j = {r.modes: r for r in data.runs}
+    out = []
+    if 8 in by_j:
+        left = data.outside(by_j[8]) > 0
+        out.append(
+            "J = 8 leaves the attractor, as the paper says"
+            if left
+            else "Unlike the paper, the J = 8 free run stays within the attractor's range"
+        )
+    if 16 in by_j:
+        r = by_j[16]
+        bounded = data.outside(r) == 0
+        quick = data.decorrelation_step(r) <= 10
+        out.append(
+            "J = 16 "
+            + ("stays in range" if bounded else "leaves the range (unlike the paper)")
+            + (
+                " and decorrelates within a few steps, as the paper says"
+                if quick
+                else " and stays correlated for more than 10 steps (unlike the paper)"
+            )
+        )
+    return "; ".join(out) + "."
 
 
 def main(argv: list[str] | None = None) -> int:

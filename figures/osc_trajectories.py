@@ -226,7 +226,7 @@ def plot(data: Data):
             if p.printed is not None:
                 ax.plot(p.t, p.printed, ":", color="C3", lw=1.4, label="printed U, V (A.5.4)")
             ax.set_title(
-                f"(a) {p.variant}damped, zeta = {p.zeta:g}: |closed - ODE| <= {p.closed_error:.0e}"
+                f"(a) {p.variant}, zeta = {p.zeta:g}: |closed - ODE| <= {p.closed_error:.0e}"
             )
             ax.set_xlabel("s = t - t_j")
             ax.set_ylabel("key x(s)")
