@@ -63,7 +63,11 @@ def test_decorrelation_and_range_statistics(data):
     # a perfect forecast never decorrelates and never leaves the attractor
     perfect = fig.Run(0, data.future.copy(), 0.0, 0.0, 0.0)
     assert data.decorrelation_step(perfect) == data.config.horizon + 1
-    assert data.outside(perfect) == 0.0
+    assert data.outside(perfect) == 0.0 and data.excursion(perfect) == 0.0
+    # a forecast stuck 0.1 above the attractor is all outside, 0.1 beyond it
+    high = fig.Run(0, np.full_like(data.future, hi + 0.1), 0.0, 0.0, 0.0)
+    assert data.outside(high) == 1.0
+    assert abs(data.excursion(high) - 0.1) < 1e-12
 
 
 def test_caption_states_the_measured_numbers(data):
@@ -71,4 +75,5 @@ def test_caption_states_the_measured_numbers(data):
     for r in data.runs:
         assert f"one-step MSE {r.one_step_mse:.2g}" in text
         assert f"median {data.decorrelation_step(r):g} steps" in text
+        assert f"at most {data.excursion(r):.2f} beyond" in text
     assert "Paper" in text and "Here" in text
