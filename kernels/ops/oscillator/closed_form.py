@@ -116,13 +116,15 @@ def _anchor_state(x, p: OscillatorParams):
     return beta, x - x_ss0, velocity - v_ss0
 
 
-def _damped_kernel(omega, gamma, lag, freq):
+def _damped_kernel(omega, gamma, lag, freq, E=None):
     """``w = e_1^T (A + i freq)^{-1} (E(lag) e^{i freq lag} - I)`` as two complex tensors.
 
     omega, gamma : ``(H, 1, 1, D)``; lag : ``(Bt, 1, T, T, 1)``; freq : float or 0-d tensor.
     ``(A + i f)^{-1} = [[i f - 2 gamma, -1], [omega^2, i f]] / (omega^2 - f^2 - 2 i gamma f)``.
+    ``E``: ``propagator(omega, gamma, lag)`` when the caller has it already (it does not depend
+    on ``freq``, so a loop over the query bank computes it once).
     """
-    E = propagator(omega, gamma, lag)
+    E = propagator(omega, gamma, lag) if E is None else E
     phase = torch.polar(torch.ones_like(lag), freq * lag)
     det = torch.complex((omega - freq) * (omega + freq), -2.0 * gamma * freq)
     lead = torch.complex(-2.0 * gamma, freq * torch.ones_like(gamma))
@@ -168,10 +170,11 @@ def oscillator_logits(
     om = params.omega[:, None, None, :]
     ga = params.gamma[:, None, None, :]
     lag5 = lag.unsqueeze(-1)
+    E = propagator(om, ga, lag5)  # independent of the query frequency: once for the bank
     total = torch.zeros(batch, heads, steps, steps, dtype=amp.dtype, device=q.device)
     for m in range(freqs.shape[0]):
         rot = torch.polar(torch.ones_like(t), freqs[m] * t)  # e^{i omega_m t_j}, (Bt, 1, T)
-        w0, w1 = _damped_kernel(om, ga, lag5, freqs[m])  # (Bt, H, T, T, D)
+        w0, w1 = _damped_kernel(om, ga, lag5, freqs[m], E)  # (Bt, H, T, T, D)
         inner = w0 * z0.unsqueeze(2) + w1 * z1.unsqueeze(2)  # (B, H, T, T, D)
         total = total + torch.einsum("bhic,bhijc->bhij", amp[..., m, :], inner) * rot.unsqueeze(2)
         for n in range(params.drive_freqs.shape[0]):
