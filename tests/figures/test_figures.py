@@ -49,7 +49,6 @@ def test_every_figure_names_its_paper_and_checks():
         assert module.SEED in figures.PAPERS, name
         ids = figures.checks_of(module)  # may be empty: a section with no registered check
         assert len(ids) == len(set(ids)) >= len(module.CHECKS), name
-        assert module.Config.quick() != module.Config.full(), name
 
 
 def test_checks_of_refuses_an_entry_that_matches_nothing(monkeypatch):
