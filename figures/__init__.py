@@ -23,6 +23,10 @@ FIGURES: dict[str, str] = {
     "covariance_vs_lag": "figures.covariance_vs_lag",
     "training_curves": "figures.training_curves",
     "convergence_vs_data": "figures.convergence_vs_data",
+    "kla_ou_scan": "figures.kla_ou_scan",
+    "kla_attention_matrix": "figures.kla_attention_matrix",
+    "kla_memorization": "figures.kla_memorization",
+    "kla_uncertainty": "figures.kla_uncertainty",
 }
 
 
