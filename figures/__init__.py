@@ -27,6 +27,7 @@ FIGURES: dict[str, str] = {
     "kla_attention_matrix": "figures.kla_attention_matrix",
     "kla_memorization": "figures.kla_memorization",
     "kla_uncertainty": "figures.kla_uncertainty",
+    "kla_runtime": "figures.kla_runtime",
 }
 
 
