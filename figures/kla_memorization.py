@@ -57,7 +57,7 @@ class Config:
     n_test: int = 64
     width: int = 32
     num_slots: int = 8
-    steps: int = 150
+    steps: int = 200
     batch_size: int = 32
     lr: float = 1e-2
     seed: int = 0

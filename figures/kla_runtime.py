@@ -43,12 +43,14 @@ PAPER_SPEEDUP = 350.0
 @dataclass(frozen=True)
 class Config:
     """Sequence ``lengths``; ``slots`` (N) by ``channels`` (D) state; ``repeats`` timed rounds;
-    ``cuda``: also time on the GPU when one is present."""
+    ``threads``: torch CPU threads (1: steadier on a shared machine); ``cuda``: also time on the
+    GPU when one is present."""
 
     lengths: tuple[int, ...] = (64, 128, 256, 512, 1024)
-    slots: int = 16
+    slots: int = 8
     channels: int = 32
     repeats: int = 3
+    threads: int = 1
     cuda: bool = True
     seed: int = 0
 
@@ -154,7 +156,18 @@ def devices(cfg: Config) -> dict[str, list[str]]:
 
 
 def compute(cfg: Config | None = None) -> Data:
+    """Time every contestant at every length; the CPU on ``cfg.threads`` torch threads (the
+    caller's setting comes back after)."""
     cfg = Config.full() if cfg is None else cfg
+    threads = torch.get_num_threads()
+    torch.set_num_threads(cfg.threads)
+    try:
+        return _compute(cfg)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _compute(cfg: Config) -> Data:
     seconds: dict[tuple[str, str, str], list[float]] = {}
     names = {"cpu": f"CPU, {torch.get_num_threads()} torch thread(s)"}
     for device_name, kinds in devices(cfg).items():
