@@ -15,7 +15,8 @@ op folder under `kernels.ops` and re-exported here.
   `SpectralCoupling`, `alibi_slopes`, `sinusoidal_embedding`.
 
 * KLA, seed 001 (`kernels.ops.kla`): `kla_scan`, `kla_step`, `ou_prior`, `mc_marginal_nll`,
-  `prefix_scan`, the types `KLAState`, `KLAScanResult`;
+  `prefix_scan`, `kla_attention_matrix` (App. E.4), the types `KLAState`, `KLAScanResult`,
+  `KLAAttention`;
 * OsciFormer, seed 002 (`kernels.ops.oscillator`): `oscillator_attention`,
   `oscillator_logits`, `oscillator_values`, `fit_query`, `OscillatorParams`.
 """
@@ -37,8 +38,10 @@ from kernels.ops.common.positional import (
     spectral_coupling,
 )
 from kernels.ops.kla import (
+    KLAAttention,
     KLAScanResult,
     KLAState,
+    kla_attention_matrix,
     kla_scan,
     kla_step,
     mc_marginal_nll,
@@ -60,6 +63,7 @@ __all__ = [
     "AFAOutput",
     "AttentionOutput",
     "Dynamics",
+    "KLAAttention",
     "KLAScanResult",
     "KLAState",
     "OscillatorParams",
@@ -74,6 +78,7 @@ __all__ = [
     "fit_query",
     "isotropic_afa",
     "kalman_attention",
+    "kla_attention_matrix",
     "kla_scan",
     "kla_step",
     "lag_variance",

@@ -21,6 +21,10 @@ from ``lam_0 = 1, eta_0 = 0`` (the authors' code; the paper never states it). Th
 `kernels.ops.kla.kla_scan`: ``backend`` picks its torch form or its chunked Triton scan
 (`kernels.backend.use_triton`); the decoding `step` is always torch.
 
+``forward(x, t, need_weights=True)`` also returns the equivalent attention matrix (App. E.4,
+`attention_weights`): (B, E, T, T), lower triangular, one (T, T) matrix per channel, with
+``y = weights @ values`` exactly.
+
 The layer is causal by construction (a filter); the Mamba-style block around it (causal
 convolution, gating, skip) is not part of this layer.
 """
@@ -45,6 +49,7 @@ from kernels.ops.kla import (
     P_CONVENTIONS,
     SCAN_METHODS,
     KLAState,
+    kla_attention_matrix,
     kla_scan,
     kla_step,
     ou_prior,
@@ -164,25 +169,45 @@ class KalmanLinearAttention(nn.Module):
         x : (B, T, E); t : None, (T,) or (B, T) strictly increasing. Returns two (B, T, E)
         tensors, before the output projection (the inputs of `mc_marginal_nll`).
         """
+        (a_bar, p_bar), (k, q, v, lam_v) = self._prepared(x, t)
+        res = kla_scan(k, lam_v, v, a_bar, p_bar, q=q, method=self.method, backend=self.backend)
+        return res.output.sum(dim=-2), res.output_variance.sum(dim=-2)
+
+    def _prepared(self, x: torch.Tensor, t):
+        """``(a_bar, p_bar)`` and the tokens ``(k, q, v, lam_v)`` of x (checked) and stamps t."""
         batch, steps = check_input(x, self.embed_dim)
         self._check(x)
         gaps = None
         if t is not None:
             t = check_times(t, steps, like=x)[:, 0]  # (B or 1, T)
             gaps = torch.cat([torch.ones_like(t[:, :1]), t[:, 1:] - t[:, :-1]], dim=1)
-        a_bar, p_bar = self.prior(gaps)
-        k, q, v, lam_v = self._tokens(x)
-        res = kla_scan(k, lam_v, v, a_bar, p_bar, q=q, method=self.method, backend=self.backend)
-        return res.output.sum(dim=-2), res.output_variance.sum(dim=-2)
+        return self.prior(gaps), self._tokens(x)
+
+    def values(self, x: torch.Tensor) -> torch.Tensor:
+        """The values ``v_t`` of tokens x (B, T, E): what `attention_weights` weighs, (B, T, E)."""
+        check_input(x, self.embed_dim)
+        self._check(x)
+        return self._tokens(x)[2][..., 0, :]
+
+    def attention_weights(self, x: torch.Tensor, t=None) -> torch.Tensor:
+        """The equivalent attention matrix (App. E.4): weights (B, E, T, T), one per channel.
+
+        ``readout(x, t)[0][b, i, d] = sum_j weights[b, d, i, j] values(x)[b, j, d]`` exactly
+        (the filter starts from ``eta_0 = 0``, so there is no starting-state term): channel d
+        is a "head" of width 1. Row i, column j is ``sum_n q_i[n] (g_{j+1} ... g_i)[n, d]
+        k_j[n] Lambda^v_j[d] / lam_j[n, d]`` (`kernels.ops.kla.attention`), zero for j > i.
+        Computed by the torch form whatever the backend; O(B T^2 N E) time and memory.
+        """
+        (a_bar, p_bar), (k, q, _, lam_v) = self._prepared(x, t)
+        return kla_attention_matrix(k, lam_v, a_bar, p_bar, q=q).weights.sum(dim=1)
 
     def forward(self, x: torch.Tensor, t=None, *, need_weights: bool = False):
-        """``(out, None)`` with ``out = out_proj(y)``, (B, T, E); see `readout`."""
-        if need_weights:
-            raise ValueError(
-                "need_weights=True is not supported: KLA never forms a (T, T) attention matrix"
-            )
+        """``(out, weights)`` with ``out = out_proj(y)``, (B, T, E); ``weights`` is None, or
+        with ``need_weights=True`` the equivalent attention matrix (B, E, T, T) of
+        `attention_weights` (``y = weights @ values`` per channel, before ``out_proj``)."""
         mean, _ = self.readout(x, t)
-        return self.out_proj(mean), None
+        weights = self.attention_weights(x, t) if need_weights else None
+        return self.out_proj(mean), weights
 
     def initial_state(self, batch: int, *, like: torch.Tensor) -> KLAState:
         """``lam_0 = 1, eta_0 = 0`` of shape (B, N, E) (the authors' code)."""

@@ -16,6 +16,9 @@ from figures import (
     fig1_trajectories,
     fig2_pulled_forward,
     fig3_attention_maps,
+    kla_memorization,
+    kla_runtime,
+    kla_uncertainty,
     rfa_ensemble,
     rt_sphere_trajectories,
     trained,
@@ -201,6 +204,18 @@ def small_cli(monkeypatch):
         rt_sphere_trajectories.Config, "quick", classmethod(lambda cls: cls(n_paths=8))
     )
     monkeypatch.setattr(rfa_ensemble.Config, "quick", classmethod(lambda cls: cls(n_paths=8)))
+    tiny_memo = kla_memorization.Config(
+        n_keys=4, n_train=8, n_test=4, width=4, num_slots=2, steps=2
+    )
+    monkeypatch.setattr(kla_memorization.Config, "quick", classmethod(lambda cls: tiny_memo))
+    monkeypatch.setattr(
+        kla_uncertainty.Config, "quick", classmethod(lambda cls: cls(task=tiny_memo))
+    )
+    monkeypatch.setattr(
+        kla_runtime.Config,
+        "quick",
+        classmethod(lambda cls: cls(lengths=(4, 8), slots=2, channels=2, repeats=1)),
+    )
 
 
 def test_cli_writes_refuses_and_forces(tmp_path, capsys, small_cli):

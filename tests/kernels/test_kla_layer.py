@@ -433,8 +433,6 @@ def test_layer_errors():
         layer(torch.zeros(1, 5, 8))
     with pytest.raises(ValueError, match="increasing"):
         layer(x, torch.tensor([0.0, 1.0, 1.0, 2.0, 3.0]))
-    with pytest.raises(ValueError, match="need_weights"):
-        layer(x, need_weights=True)
     with pytest.raises(ValueError, match="x_t"):
         layer.step(x)
     with pytest.raises(ValueError, match="state"):

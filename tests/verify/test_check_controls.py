@@ -82,3 +82,37 @@ def test_table3_matrix_objective_matches_the_update_with_one_key_slot():
     gram = 0.7 + 1.3 * k[0] ** 2
     argmin = (0.7 * 0.9 * s_prev + 1.3 * np.outer(k, v)) / gram
     np.testing.assert_allclose(_table3_update(0.9, s_prev, k, v, 0.7, 1.3), argmin, rtol=1e-13)
+
+
+def _kla_attention_case():
+    import numpy as np
+
+    from estimators.closed_forms import kla
+    from estimators.scan import kla_filter
+    from verify.checks.kla import paper_attention_matrix
+
+    rng = np.random.default_rng(0)
+    T, n = 12, 3
+    a_bar, p_bar = kla.ou_discretisation(rng.uniform(0.2, 2.0, n), rng.uniform(0.1, 2.0, n), 0.3)
+    k, v, q = (rng.uniform(-1.5, 1.5, (T, n)) for _ in range(3))
+    lam_v = np.exp(rng.uniform(-2.0, 1.5, (T, n)))
+    ref = kla_filter(k, lam_v, v, a_bar, p_bar, q=q, lam0=1.0, eta0=0.0)
+    M = paper_attention_matrix(a_bar, p_bar, k, lam_v, q, ref.precision, np.ones(n))
+    return M, v, ref.output
+
+
+def test_kla_attention_matrix_rejects_perturbed_weights():
+    """`kla.c14-attention-matrix`'s criterion (tolerance 1e-11): the exact matrix passes; one
+    entry off by a relative 1e-6, or one weight on a future token, fails."""
+    from verify.checks.kla import attention_residual
+    from verify.registry import select
+
+    tolerance = next(c for c in select() if c.id == "kla.c14-attention-matrix").tolerance
+    M, v, y = _kla_attention_case()
+    assert attention_residual(M, v, y) < tolerance
+    scaled = M.copy()
+    scaled[1, 7, 3] *= 1.0 + 1e-6
+    assert attention_residual(scaled, v, y) > 1e3 * tolerance
+    future = M.copy()
+    future[0, 4, 9] = 1e-6 * abs(M).max()
+    assert attention_residual(future, v, y) > 1e3 * tolerance

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import sympy as sp
+import torch
 from scipy.linalg import solve_discrete_are
 from scipy.signal import fftconvolve
 
 from estimators.closed_forms import kla
 from estimators.scan import affine_combine, kla_filter, mobius_combine
+from kernels.ops.kla import kla_attention_matrix
 from sde_sim import BrownianPath, LinearSDE, TimeGrid, presets, simulate_exact
 from sde_sim.exact import van_loan
 from verify.registry import Outcome, check, seed
@@ -828,3 +830,72 @@ def _thm3(quick: bool) -> float:
             relative_error(result.info_mean, eta_conv),
         )
     return worst
+
+
+# --- C14: the equivalent attention matrix ------------------------------------------------------
+
+
+def paper_attention_matrix(a_bar, p_bar, k, lam_v, q, lam, lam0) -> np.ndarray:
+    """``M_seq = diag(q / lam) W`` of App. E.4 (Fig. 10), one (T, T) matrix per channel.
+
+    ``W[t, s] = (f_{s+1} ... f_t) k_s Lambda^v_s`` for ``s <= t`` (0 above the diagonal) with the
+    information-form gates ``f_t = a_bar / (a_bar^2 + p_bar lam_{t-1})`` of eq. (19), read off
+    the precision path ``lam`` (T, n) and ``lam0`` (n,). Shapes: a_bar, p_bar (n,); k, lam_v,
+    q, lam (T, n). Returns (n, T, T).
+    """
+    T, n = lam.shape
+    f = kla.forget_gate(np.vstack([lam0, lam[:-1]]), a_bar, p_bar)  # (T, n)
+    M = np.zeros((n, T, T))
+    for t in range(T):
+        gates = np.ones(n)
+        for s in range(t, -1, -1):  # gates = f_{s+1} ... f_t
+            M[:, t, s] = q[t] / lam[t] * gates * k[s] * lam_v[s]
+            gates = gates * f[s]
+    return M
+
+
+def attention_residual(M, v, y) -> float:
+    """How far the (n, T, T) matrices ``M`` are from an equivalent attention matrix of the
+    readout ``y`` (T, n) on the values ``v`` (T, n): the largest of ``|M v - y| / (|M| |v|)``
+    per step and of ``|M[t, s]| / max |M|`` above the diagonal (causality)."""
+    out = np.einsum("nts,sn->tn", M, v)
+    scale = np.einsum("nts,sn->tn", np.abs(M), np.abs(v))
+    fit = float(np.max(np.abs(out - y) / np.maximum(scale, np.finfo(float).tiny)))
+    upper = float(np.max(np.abs(np.triu(M, 1)))) / float(np.max(np.abs(M)))
+    return max(fit, upper)
+
+
+@check(
+    "kla.c14-attention-matrix",
+    title="App. E.4: y = diag(q/lam) W v with W[t,s] = f_{s+1}..f_t k_s Lambda^v_s, lower "
+    "triangular, = kla_filter's readout (eta_0 = 0); kla_attention_matrix = M_seq entrywise",
+    source=seed(1, "App. E.4, Fig. 10, eq. (19) (digest C14)"),
+    kind="numeric",
+    tolerance=1e-11,
+)
+def _attention_matrix(quick: bool) -> Outcome:
+    # Each entry is a product of <= T gates and one coefficient, each within a few ulp given the
+    # precision path (itself within ~8 t u of exact, kla.scan-groupings-vs-sequential): <= ~10
+    # T^2 u ~ 2e-12 at T = 48 relative, entrywise and for M v relative to sum |M||v|; the torch
+    # op builds the same entries by the moment-form gates g = f lam_{t-1} / lam_t (telescoping,
+    # same bound). 1e-11 leaves a factor 5. eta_0 = 0: the paper's "init-state term" vanishes.
+    rng = np.random.default_rng(19)
+    T = 16 if quick else 48
+    a_bar, p_bar, _, k, lam_v, v, lam0, _ = _random_filters(rng, 6 if quick else 24, T)
+    q = rng.normal(size=k.shape)
+    ref = kla_filter(k, lam_v, v, a_bar, p_bar, q=q, lam0=lam0, eta0=0.0)
+    M = paper_attention_matrix(a_bar, p_bar, k, lam_v, q, ref.precision, lam0)
+    fit = attention_residual(M, v, ref.output)
+    ops = (
+        kla_attention_matrix(
+            *(torch.as_tensor(x[None]) for x in (k, lam_v, a_bar, p_bar)),
+            q=torch.as_tensor(q[None]),
+            lam0=torch.as_tensor(lam0[None]),
+        )
+        .weights[0]
+        .numpy()
+    )
+    lower = np.tril(np.ones((T, T), dtype=bool))[None] & (M != 0)
+    entry = float(np.max(np.abs(ops - M)[lower] / np.abs(M)[lower]))
+    entry = max(entry, float(np.max(np.abs(np.triu(ops, 1)))))
+    return Outcome(max(fit, entry), f"T = {T}; M v vs readout {fit:.1e}, torch op {entry:.1e}")

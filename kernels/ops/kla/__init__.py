@@ -43,6 +43,8 @@ The op folder (the house plan of ``kernels/ops``):
   `kla_step`, the O(1) decoding step; `prefix_scan` and its combine operators);
 * `triton`: the chunked Triton scan, forward and backward (`kla_scan_triton`; imports `params`,
   never `scan`);
+* `attention`: the equivalent attention matrix `kla_attention_matrix` (App. E.4), weights
+  ``(B, *S, T, T)`` with ``output = weights @ v`` (plus the starting mean's term);
 * `loss`: the KLA+ Monte-Carlo marginal likelihood `mc_marginal_nll` (eqs. (24)-(25));
 * this module: the entry point `kla_scan`, which dispatches on ``backend``
   (`kernels.backend.use_triton`).
@@ -52,6 +54,7 @@ from __future__ import annotations
 
 from kernels._validation import overflow_warning
 from kernels.backend import use_triton
+from kernels.ops.kla.attention import KLAAttention, kla_attention_matrix
 from kernels.ops.kla.loss import mc_marginal_nll
 from kernels.ops.kla.naive import naive_kla
 from kernels.ops.kla.params import (
@@ -73,9 +76,11 @@ from kernels.ops.kla.scan import (
 __all__ = [
     "P_CONVENTIONS",
     "SCAN_METHODS",
+    "KLAAttention",
     "KLAScanResult",
     "KLAState",
     "affine_combine",
+    "kla_attention_matrix",
     "kla_scan",
     "kla_step",
     "mc_marginal_nll",
