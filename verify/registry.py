@@ -13,12 +13,17 @@ registered with an id, the seed section it comes from, its kind and its toleranc
 
 ``expect="fails"`` registers a printed formula that a seed gets wrong: the check passes when
 the printed form's residual is *above* the tolerance, i.e. the error is demonstrated. Every such
-check is paired with one (``expect="holds"``) for the corrected form.
+check is paired with one (``expect="holds"``) for the corrected form, and records both formulas
+in LaTeX (``printed=``, ``corrected=``) for the HTML report (`verify.report_html`).
+
+``claim=`` is the check's claim in one sentence; without it, `Check.claim` derives one from the
+function's docstring (first sentence), else from the title.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -60,6 +65,21 @@ class Check:
     tolerance: float
     fn: Callable[[bool], float | Outcome]
     expect: str = "holds"
+    claim_text: str = ""
+    printed: str = ""  # LaTeX of the printed (wrong) formula, for expect="fails"
+    corrected: str = ""  # LaTeX of its correction
+    correction: tuple[str, ...] = ()  # ids of the checks that prove the correction
+
+    @property
+    def claim(self) -> str:
+        """The claim in one sentence: ``claim=`` if given, else the docstring's first sentence,
+        else the title."""
+        if self.claim_text:
+            return self.claim_text
+        doc = " ".join((self.fn.__doc__ or "").split())
+        if doc:
+            return re.split(r"(?<=[.!?])\s", doc, maxsplit=1)[0]
+        return self.title
 
     def run(self, quick: bool) -> Result:
         start = time.perf_counter()
@@ -129,19 +149,31 @@ def check(
     kind: str,
     tolerance: float,
     expect: str = "holds",
+    claim: str = "",
+    printed: str = "",
+    corrected: str = "",
+    correction: str | Iterable[str] = (),
 ) -> Callable:
-    """Decorator registering ``fn(quick) -> residual`` as a check."""
+    """Decorator registering ``fn(quick) -> residual`` as a check.
+
+    `printed` and `corrected` (LaTeX) are for ``expect="fails"`` checks only; `correction`
+    names the check id(s) proving the corrected form."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     if expect not in EXPECTATIONS:
         raise ValueError(f"expect must be one of {EXPECTATIONS}, got {expect!r}")
     if kind == "symbolic" and tolerance != 0:
         raise ValueError(f"{id}: a symbolic check has tolerance 0 (a proof), got {tolerance}")
+    if (printed or corrected) and expect != "fails":
+        raise ValueError(f"{id}: printed/corrected formulas belong to expect='fails' checks")
+    correction = (correction,) if isinstance(correction, str) else tuple(correction)
 
     def register(fn: Callable[[bool], float | Outcome]) -> Callable:
         if id in REGISTRY:
             raise ValueError(f"check id {id!r} is registered twice")
-        REGISTRY[id] = Check(id, title, source, kind, tolerance, fn, expect)
+        REGISTRY[id] = Check(
+            id, title, source, kind, tolerance, fn, expect, claim, printed, corrected, correction
+        )
         return fn
 
     return register

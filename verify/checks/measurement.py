@@ -197,6 +197,15 @@ def _sec36_forms():
     kind="symbolic",
     tolerance=0.0,
     expect="fails",
+    printed=(
+        r"\sigma_V^2(\tau) = |c|^2\sigma^2\,\frac{1 - e^{-2\alpha\Delta "
+        r"t\,\tau}}{-2\alpha} + \eta^2 e^{-2\alpha\Delta t\,\tau}"
+    ),
+    corrected=(
+        r"\sigma_V^2(\tau) = |c|^2\sigma^2\,\frac{1 - e^{2\alpha\Delta "
+        r"t\,\tau}}{-2\alpha} + \eta^2 e^{2\alpha\Delta t\,\tau}"
+    ),
+    correction="measurement.corrected-sec3.6-kernel",
 )
 def _printed_sec36(quick: bool) -> Outcome:
     """The exponents' signs are flipped for the argument tau = |i - j| >= 0 the seed uses.
@@ -343,6 +352,12 @@ def _rfa_zero_decay_logit():
     kind="symbolic",
     tolerance=0.0,
     expect="fails",
+    printed=r"L \approx \log P - \frac{2\kappa}{\nu}P + \frac{2\kappa}{\nu}P\,x",
+    corrected=(
+        r"L \approx \log P - \kappa\log(1+a) + \frac{\kappa a}{1+a}\,x,\qquad a = "
+        r"\frac{2P}{\nu}"
+    ),
+    correction="measurement.corrected-rfa-zero-decay-expansion",
 )
 def _printed_rfa_expansion(quick: bool) -> Outcome:
     """The printed form also linearises ``log(1 + a)`` and ``a / (1 + a)`` in ``a = 2P/nu``.
@@ -522,6 +537,9 @@ def _transition_cases(quick: bool):
     kind="numeric",
     tolerance=1e-10,
     expect="fails",
+    printed=r"\Phi_z(\Delta t) = C\,e^{+A\Delta t}\,C^{-1}",
+    corrected=r"\Phi_z(\Delta t) = C\,e^{-A\Delta t}\,C^{-1}",
+    correction="measurement.corrected-sec2.1-transition",
 )
 def _printed_transition(quick: bool) -> Outcome:
     """With ``x_j = e^{A dt} x_i + noise`` (A.1), the printed map gives mean ``C e^{2 A dt} x_i``.
@@ -630,6 +648,12 @@ def _rfa_forms_vs_mpmath(quick: bool) -> Outcome:
     kind="numeric",
     tolerance=0.0,
     expect="fails",
+    printed=r"|\alpha| \le \beta\ \text{required}",
+    corrected=(
+        r"\alpha\,e^{-2\mu\Delta t} + \beta \ \ge\ \min(\eta^2+\gamma^2,\ "
+        r"\gamma^2+\tilde\sigma^2) > 0\ \text{for all positive parameters}"
+    ),
+    correction="measurement.corrected-rfa-positivity",
 )
 def _printed_alpha_bound(quick: bool) -> Outcome:
     """The claimed constraint is not implied by the parameterisation and not needed.
@@ -799,6 +823,12 @@ def _steady_state_variance_under(scaling):
     kind="symbolic",
     tolerance=0.0,
     expect="fails",
+    printed=(
+        r"\sigma = k\mu \;\Rightarrow\; \tilde\sigma^2 = \frac{|c|^2\sigma^2}{2\mu}\ "
+        r"\text{constant}"
+    ),
+    corrected=r"\sigma^2 = k\mu \;\Rightarrow\; \tilde\sigma^2 = \frac{|c|^2 k}{2}",
+    correction="measurement.corrected-rfa-sigma2-prop-mu",
 )
 def _printed_sigma_proportional(quick: bool) -> Outcome:
     mu, st2 = _steady_state_variance_under(lambda mu, k: k * mu)

@@ -328,6 +328,15 @@ def _overdamped_transient(U, V, x0, v0, *, with_ode: bool = True) -> float:
     kind="symbolic",
     tolerance=0.0,
     expect="fails",
+    printed=(
+        r"U = \frac{-(\gamma+\sigma)x_{ss} + \dot x_{ss}}{2\sigma},\qquad V = "
+        r"\frac{-(\gamma-\sigma)x_{ss} - \dot x_{ss}}{2\sigma}"
+    ),
+    corrected=(
+        r"U = \frac{-(\gamma+\sigma)x_{ss} - \dot x_{ss}}{2\sigma},\qquad V = "
+        r"\frac{(\gamma-\sigma)x_{ss} + \dot x_{ss}}{2\sigma}"
+    ),
+    correction="oscillator.corrected-od-transient",
 )
 def _printed_od_transient(quick: bool) -> Outcome:
     x0, v0 = sp.symbols("x_ss v_ss", real=True)
@@ -587,6 +596,13 @@ def _eq30_error(value, ref, gamma, omega_d, t) -> float:
     kind="numeric",
     tolerance=1e-12,
     expect="fails",
+    printed=r"I_2 = \tfrac12\bigl(G(\lambda_+) + G(\lambda_-)\bigr)",
+    corrected=(
+        r"I_2 = \tfrac12\bigl(G(\lambda_-) - G(\lambda_+)\bigr),\quad G(l) = "
+        r"\frac{-\gamma e^{-\gamma t}\cos lt + l\,e^{-\gamma t}\sin lt + \gamma}{\gamma^2 "
+        r"+ l^2}"
+    ),
+    correction="oscillator.corrected-eq30",
 )
 def _printed_eq30(quick: bool) -> Outcome:
     # The residual is the SMALLEST error over the cases: the printed form fails at every one.

@@ -53,6 +53,15 @@ def _printed_solution(alpha, k, t, beta, gamma):
     kind="symbolic",
     tolerance=0.0,
     expect="fails",
+    printed=(
+        r"v = \frac{r}{c^2}\Bigl(\beta\tanh\bigl(\tfrac{\beta}{2}(t - \gamma)\bigr) + "
+        r"\alpha\Bigr)"
+    ),
+    corrected=(
+        r"v = \frac{r}{c^2}\Bigl(\alpha + \beta\tanh\bigl(\beta t - "
+        r"\operatorname{artanh}(\alpha/\beta)\bigr)\Bigr)"
+    ),
+    correction="riccati.corrected-tanh",
 )
 def _printed_tanh(quick: bool) -> Outcome:
     alpha, s, k, t, beta, gamma, q = _mode_symbols()

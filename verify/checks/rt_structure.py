@@ -77,6 +77,16 @@ def _best_product_error(blocks: int, rng: np.random.Generator, starts: int) -> f
     kind="numeric",
     tolerance=1e-3,
     expect="fails",
+    printed=(
+        r"\forall\varepsilon\ \exists\,\alpha_l, \Omega_l, \Delta t:\ \Bigl\|e^{At_k} - "
+        r"\prod_{l=1}^{L} e^{S(\alpha_l I + i\Omega_l)S^{-1}\Delta t}\Bigr\| < \varepsilon"
+    ),
+    corrected=(
+        r"\prod_{l=1}^{k}\ \text{(one head per distinct } "
+        r"\operatorname{Re}\lambda\text{)};\quad A = \operatorname{diag}(-1,-2):\ "
+        r"\min\|e^{A} - \textstyle\prod\| \ge \tfrac{e^{-1}-e^{-2}}{2}"
+    ),
+    correction="rt_structure.corrected-proposition-1-heads",
 )
 def _printed_proposition(quick: bool) -> Outcome:
     rng = np.random.default_rng(62)
@@ -180,6 +190,15 @@ def _derived_rank_one(c2, kappa_f, decay, sigma_t2, sigma_r2, eta_t2, eta_r2):
     kind="symbolic",
     tolerance=0.0,
     expect="fails",
+    printed=(
+        r"|\lambda_C|^2(\sigma_r^2 - \eta_t^2)\,\kappa_F + (\eta_r^2 - "
+        r"\eta_t^2)\,e^{-2\alpha\Delta t}"
+    ),
+    corrected=(
+        r"|\lambda_C|^2(\sigma_r^2 - \sigma_t^2)\,\kappa_F + (\eta_r^2 - "
+        r"\eta_t^2)\,e^{-2\alpha\Delta t}"
+    ),
+    correction="rt_structure.corrected-rank1-coefficient",
 )
 def _printed_rank_one(quick: bool) -> float:
     c2, kappa_f, decay, sigma_t2, sigma_r2, eta_t2, eta_r2 = _rank_one_symbols()

@@ -140,6 +140,12 @@ def _sec37_forms():
     kind="symbolic",
     tolerance=0.0,
     expect="fails",
+    printed=r"b = 1 + \eta^2 - \frac{\nu|c|^2\sigma^2}{-2\alpha}",
+    corrected=(
+        r"b = 1 + \nu\eta^2 - \frac{\nu|c|^2\sigma^2}{-2\alpha},\quad a = 1 + "
+        r"\frac{\nu|c|^2\sigma^2}{-2\alpha}"
+    ),
+    correction="unitary.corrected-sec3.7-denominator",
 )
 def _printed_sec37(quick: bool) -> Outcome:
     """``nu V^C`` multiplies the measurement term too: ``nu eta^2 E^2``.
