@@ -91,7 +91,7 @@ def _status_class(status: str) -> str:
 
 
 def _math(latex: str) -> str:
-    return f'<span class="math">\\({html.escape(latex)}\\)</span>'
+    return f'<span class="math">{html.escape(latex)}</span>'
 
 
 @dataclass(frozen=True)
@@ -190,7 +190,11 @@ table { border-collapse: collapse; width: 100%; margin-bottom: 2em; }
 th, td { border: 1px solid #ccc; padding: 4px 6px; vertical-align: top; text-align: left; }
 th { background: #f0f0f0; position: sticky; top: 0; }
 td.residual, td.tolerance, td.registered, td.listed { font-family: monospace; white-space: nowrap; }
-td.id { font-family: monospace; }
+td.id { font-family: monospace; min-width: 16em; overflow-wrap: anywhere; }
+td.section { min-width: 8em; } td.status { min-width: 7em; }
+td.source { min-width: 11em; overflow-wrap: anywhere; font-size: 90%; }
+#coverage td:first-child { width: 12%; }
+#coverage td.registered, #coverage td.listed { width: 6%; }
 td.status.pass { color: #065f06; } td.status.fail { color: #a00000; font-weight: bold; }
 .title, .detail, .covers { color: #555; font-size: 90%; margin-top: 3px; }
 .forms { display: flex; gap: 1em; margin-top: 6px; }
@@ -201,11 +205,12 @@ td.status.pass { color: #065f06; } td.status.fail { color: #a00000; font-weight:
 tr:target { outline: 2px solid #3366cc; }
 """
 
+# Each span.math holds LaTeX source; KaTeX replaces it with the rendered formula, or with a
+# visible error (class katex-error) where it cannot parse it.
 _RENDER = """
 document.addEventListener("DOMContentLoaded", function () {
-  renderMathInElement(document.body, {
-    delimiters: [{left: "\\\\(", right: "\\\\)", display: false}],
-    throwOnError: false
+  document.querySelectorAll("span.math").forEach(function (el) {
+    katex.render(el.textContent, el, {throwOnError: false, displayMode: false});
   });
 });
 """
@@ -250,14 +255,12 @@ def render(
         counts[r.status] = counts.get(r.status, 0) + 1
     tally = ", ".join(f"{n} {html.escape(s)}" for s, n in sorted(counts.items()))
     js = (ASSETS / "katex.min.js").read_text(encoding="utf-8")
-    auto = (ASSETS / "contrib" / "auto-render.min.js").read_text(encoding="utf-8")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <title>filtersuite verification report</title>
 <style>{_inline_css()}</style>
 <style>{_STYLE}</style>
 <script>{js}</script>
-<script>{auto}</script>
 <script>{_RENDER}</script>
 </head><body>
 <h1>filtersuite: verification report</h1>
