@@ -66,9 +66,19 @@ class Check:
     fn: Callable[[bool], float | Outcome]
     expect: str = "holds"
     claim_text: str = ""
-    printed: str = ""  # LaTeX of the printed (wrong) formula, for expect="fails"
-    corrected: str = ""  # LaTeX of its correction
+    # LaTeX of the printed (wrong) formula and of its correction, for expect="fails": a string,
+    # or a function returning one or a SymPy expression (rendered by `sympy.latex` on demand)
+    printed: str | Callable[[], object] = ""
+    corrected: str | Callable[[], object] = ""
     correction: tuple[str, ...] = ()  # ids of the checks that prove the correction
+
+    @property
+    def printed_latex(self) -> str:
+        return _latex(self.printed)
+
+    @property
+    def corrected_latex(self) -> str:
+        return _latex(self.corrected)
 
     @property
     def claim(self) -> str:
@@ -101,6 +111,18 @@ class Check:
         within = residual <= self.tolerance  # NaN compares False: never passes as "holds"
         passed = within if self.expect == "holds" else residual > self.tolerance
         return Result(self, residual, passed, elapsed, outcome.detail, None)
+
+
+def _latex(form: str | Callable[[], object]) -> str:
+    """LaTeX of a `Check.printed`/`Check.corrected` form: strings as they are; a function is
+    called and a SymPy result converted with `sympy.latex`."""
+    if callable(form):
+        form = form()
+    if isinstance(form, str):
+        return form
+    import sympy
+
+    return sympy.latex(form)
 
 
 @dataclass(frozen=True)
@@ -150,14 +172,15 @@ def check(
     tolerance: float,
     expect: str = "holds",
     claim: str = "",
-    printed: str = "",
-    corrected: str = "",
+    printed: str | Callable[[], object] = "",
+    corrected: str | Callable[[], object] = "",
     correction: str | Iterable[str] = (),
 ) -> Callable:
     """Decorator registering ``fn(quick) -> residual`` as a check.
 
-    `printed` and `corrected` (LaTeX) are for ``expect="fails"`` checks only; `correction`
-    names the check id(s) proving the corrected form."""
+    `printed` and `corrected` (LaTeX, or a function returning LaTeX or a SymPy expression) are
+    for ``expect="fails"`` checks only; `correction` names the check id(s) proving the
+    corrected form."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     if expect not in EXPECTATIONS:

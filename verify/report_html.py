@@ -156,9 +156,9 @@ def _check_row(r: Result, html_dir: Path, claims_by_check: dict[str, list[Claim]
         links = ", ".join(f'<a href="#{anchor(i)}">{html.escape(i)}</a>' for i in c.correction)
         claim += (
             '<div class="forms"><div class="printed"><span class="label">printed</span>'
-            f"{_math(c.printed)}</div>"
+            f"{_math(c.printed_latex)}</div>"
             '<div class="corrected"><span class="label">corrected'
-            f"{' (' + links + ')' if links else ''}</span>{_math(c.corrected)}</div></div>"
+            f"{' (' + links + ')' if links else ''}</span>{_math(c.corrected_latex)}</div></div>"
         )
     listed = claims_by_check.get(c.id, [])
     if listed:

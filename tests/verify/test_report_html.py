@@ -70,7 +70,10 @@ def test_printed_forms_side_by_side(report):
         boxes = [box for box, _ in row.maths]
         if r.check.expect == "fails":
             assert boxes == ["printed", "corrected"], r.check.id
-            assert [latex for _, latex in row.maths] == [r.check.printed, r.check.corrected]
+            assert [latex for _, latex in row.maths] == [
+                r.check.printed_latex,
+                r.check.corrected_latex,
+            ]
             for target in r.check.correction:
                 assert f"#check-{target}" in row.links
         else:
@@ -80,8 +83,9 @@ def test_printed_forms_side_by_side(report):
 def test_every_printed_form_check_has_both_formulas():
     fails = [c for c in select() if c.expect == "fails"]
     assert len(fails) >= 36
-    assert [c.id for c in fails if not (c.printed.strip() and c.corrected.strip())] == []
-    assert [c.id for c in fails if c.printed == c.corrected] == []
+    forms = {c.id: (c.printed_latex.strip(), c.corrected_latex.strip()) for c in fails}
+    assert [i for i, (printed, corrected) in forms.items() if not (printed and corrected)] == []
+    assert [i for i, (printed, corrected) in forms.items() if printed == corrected] == []
     ids = {c.id for c in select()}
     assert [i for c in fails for i in c.correction if i not in ids] == []
 
@@ -128,6 +132,20 @@ def test_claims_map_to_registered_checks():
     keys = [(c.seed, c.ref) for c in claims_module.CLAIMS]
     assert len(keys) == len(set(keys))
     assert {c.seed for c in claims_module.CLAIMS} == {0, 1, 2, 3, 4}
+
+
+def test_sympy_forms_are_the_checked_expressions():
+    """Where a check gives its forms as SymPy (a function), the report shows `sympy.latex` of the
+    expression the check itself tests."""
+    from verify.checks import oscillator, rt_structure
+
+    c = select("rt_structure.printed-rank1-coefficient")[0]
+    assert callable(c.printed) and callable(c.corrected)
+    assert c.printed_latex == rt_structure._shown_rank_one(rt_structure._printed_rank_one_expr)
+    assert r"\eta_t^2 + \sigma_r^2" in c.printed_latex  # the printed error, sigma_r^2 - eta_t^2
+    assert r"\sigma_r^2 - \sigma_t^2" in c.corrected_latex
+    c = select("oscillator.printed-od-transient")[0]
+    assert c.corrected_latex == oscillator._shown_uv(oscillator._corrected_uv)
 
 
 def test_claim_defaults_to_the_docstring_then_the_title():

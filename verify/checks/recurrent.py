@@ -289,7 +289,10 @@ def _corrected(quick: bool) -> Outcome:
         r"\Lambda^C_P(\Delta t_{i,i-1}) = \frac{1}{\sigma^2\kappa + \eta^2\Phi_\alpha^2}\ "
         r"\text{(new measurement)}"
     ),
-    corrected=r"\frac{1}{\eta^2}\ \text{(the measurement at lag 0)}",
+    corrected=(
+        r"\Lambda^C_P(0) = \Lambda_R^{-1} = \frac{1}{\eta^2}\ "
+        r"\text{(the measurement is at lag 0)}"
+    ),
     correction="recurrent.b2-corrected-is-kalman",
 )
 def _printed_measurement(quick: bool) -> Outcome:
@@ -306,7 +309,8 @@ def _printed_measurement(quick: bool) -> Outcome:
     expect="fails",
     printed=r"\Lambda_V^- = |\Lambda|^2\Lambda_V^+ + \Lambda_Q\quad(\text{Alg. 4: } +\sigma^2)",
     corrected=(
-        r"\Lambda_V^- = |\Lambda|^2\Lambda_V^+ + \sigma^2\kappa,\quad \kappa = \frac{1 - "
+        r"\Lambda_V^- = |\Lambda|^2\Lambda_V^+ + \Lambda_Q\,\kappa\quad(\text{Alg. 4: } "
+        r"+\sigma^2\kappa),\quad \kappa = \frac{1 - "
         r"e^{2\operatorname{Re}\lambda\,\Delta t}}{-2\operatorname{Re}\lambda}"
     ),
     correction="recurrent.b2-corrected-is-kalman",

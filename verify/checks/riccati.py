@@ -42,6 +42,22 @@ def _printed_solution(alpha, k, t, beta, gamma):
     return (beta * sp.tanh(beta / 2 * (t - gamma)) + alpha) / k  # r/|c|^2 = 1/k
 
 
+def _corrected_solution(alpha, k, t, beta):
+    return (alpha + beta * sp.tanh(beta * t - sp.atanh(alpha / beta))) / k
+
+
+def _shown(solution) -> str:
+    """LaTeX of ``v = solution`` for the report, with ``beta`` and ``gamma`` kept as symbols
+    (the checks substitute their definitions)."""
+    alpha, _, k, t, *_ = _mode_symbols()
+    beta, gamma = sp.symbols("beta gamma", positive=True)
+    v = sp.Eq(sp.Symbol("v"), solution(alpha, k, t, beta, gamma))
+    return sp.latex(v) + (
+        r",\quad k = \frac{|c|^2}{r},\ \beta = \sqrt{\alpha^2 + kq},\ "
+        r"\gamma = \frac{1}{\beta}\log\frac{\beta - \alpha}{\beta + \alpha}"
+    )
+
+
 # --- symbolic ---------------------------------------------------------------------------------
 
 
@@ -53,13 +69,9 @@ def _printed_solution(alpha, k, t, beta, gamma):
     kind="symbolic",
     tolerance=0.0,
     expect="fails",
-    printed=(
-        r"v = \frac{r}{c^2}\Bigl(\beta\tanh\bigl(\tfrac{\beta}{2}(t - \gamma)\bigr) + "
-        r"\alpha\Bigr)"
-    ),
-    corrected=(
-        r"v = \frac{r}{c^2}\Bigl(\alpha + \beta\tanh\bigl(\beta t - "
-        r"\operatorname{artanh}(\alpha/\beta)\bigr)\Bigr)"
+    printed=lambda: _shown(_printed_solution),
+    corrected=lambda: _shown(
+        lambda alpha, k, t, beta, gamma: _corrected_solution(alpha, k, t, beta)
     ),
     correction="riccati.corrected-tanh",
 )
@@ -88,7 +100,7 @@ def _printed_tanh(quick: bool) -> Outcome:
 def _corrected_tanh(quick: bool) -> float:
     alpha, s, k, t, beta, gamma, q = _mode_symbols()
     seed_symbols = (alpha + beta * sp.tanh(beta * (t + gamma / 2))) / k
-    artanh_form = (alpha + beta * sp.tanh(beta * t - sp.atanh(alpha / beta))) / k
+    artanh_form = _corrected_solution(alpha, k, t, beta)
     # v(0) in the seed's symbols is (alpha + beta tanh(log(w)/2))/k, w = (beta - alpha)/(beta +
     # alpha); the lemma tanh(log(w)/2) = (w - 1)/(w + 1) (w > 0) turns it into a rational form.
     w_ = sp.symbols("w", positive=True)
