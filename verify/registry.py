@@ -16,8 +16,8 @@ the printed form's residual is *above* the tolerance, i.e. the error is demonstr
 check is paired with one (``expect="holds"``) for the corrected form, and records both formulas
 in LaTeX (``printed=``, ``corrected=``) for the HTML report (`verify.report_html`).
 
-``claim=`` is the check's claim in one sentence; without it, `Check.claim` derives one from the
-function's docstring (first sentence), else from the title.
+``claim=`` is the check's claim in one sentence; without it, `Check.claim` is the title.
+`Check.note` is the first sentence of the function's docstring (how the check measures).
 """
 
 from __future__ import annotations
@@ -82,14 +82,16 @@ class Check:
 
     @property
     def claim(self) -> str:
-        """The claim in one sentence: ``claim=`` if given, else the docstring's first sentence,
-        else the title."""
-        if self.claim_text:
-            return self.claim_text
+        """The claim in one sentence: ``claim=`` if given, else the title (every title states
+        its claim in one sentence)."""
+        return self.claim_text or self.title
+
+    @property
+    def note(self) -> str:
+        """The first sentence of the check function's docstring ("" without one): in this
+        registry the docstrings say how a check measures, not what it claims."""
         doc = " ".join((self.fn.__doc__ or "").split())
-        if doc:
-            return re.split(r"(?<=[.!?])\s", doc, maxsplit=1)[0]
-        return self.title
+        return re.split(r"(?<=[.!?])\s", doc, maxsplit=1)[0] if doc else ""
 
     def run(self, quick: bool) -> Result:
         start = time.perf_counter()

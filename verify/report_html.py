@@ -152,6 +152,8 @@ def _check_row(r: Result, html_dir: Path, claims_by_check: dict[str, list[Claim]
     claim = f'<div class="claim">{html.escape(c.claim)}</div>'
     if c.title != c.claim:
         claim += f'<div class="title">{html.escape(c.title)}</div>'
+    if c.note:
+        claim += f'<div class="note">{html.escape(c.note)}</div>'
     if c.expect == "fails" and (c.printed or c.corrected):
         links = ", ".join(f'<a href="#{anchor(i)}">{html.escape(i)}</a>' for i in c.correction)
         claim += (
@@ -196,7 +198,7 @@ td.source { min-width: 11em; overflow-wrap: anywhere; font-size: 90%; }
 #coverage td:first-child { width: 12%; }
 #coverage td.registered, #coverage td.listed { width: 6%; }
 td.status.pass { color: #065f06; } td.status.fail { color: #a00000; font-weight: bold; }
-.title, .detail, .covers { color: #555; font-size: 90%; margin-top: 3px; }
+.title, .note, .detail, .covers { color: #555; font-size: 90%; margin-top: 3px; }
 .forms { display: flex; gap: 1em; margin-top: 6px; }
 .forms > div { flex: 1; padding: 4px; border-radius: 3px; overflow-x: auto; }
 .printed { background: #fdecec; } .corrected { background: #eaf6ea; }

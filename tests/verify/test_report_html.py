@@ -148,15 +148,19 @@ def test_sympy_forms_are_the_checked_expressions():
     assert c.corrected_latex == oscillator._shown_uv(oscillator._corrected_uv)
 
 
-def test_claim_defaults_to_the_docstring_then_the_title():
+def test_claim_is_stated_or_the_title_and_the_note_the_docstring(report):
     c = select()[0]
     assert dataclasses.replace(c, claim_text="Stated.").claim == "Stated."
+    assert dataclasses.replace(c, claim_text="").claim == c.title
 
     def fn(quick):
         """First sentence here. Second one."""
 
-    assert dataclasses.replace(c, fn=fn).claim == "First sentence here."
-    assert dataclasses.replace(c, fn=lambda quick: 0.0).claim == c.title
+    assert dataclasses.replace(c, fn=fn).note == "First sentence here."
+    assert dataclasses.replace(c, fn=lambda quick: 0.0).note == ""
+    _, results, parsed = report
+    noted = [(row, r) for row, r in zip(parsed.checks, results, strict=True) if r.check.note]
+    assert noted and all(r.check.note[:20] in row.cells[""] for row, r in noted)
 
 
 def test_anchor_and_link():
