@@ -123,7 +123,8 @@ def coverage(claims: Sequence[Claim] = CLAIMS) -> list[Coverage]:
 def _coverage_html(rows: list[Coverage]) -> str:
     out = [
         '<table id="coverage"><thead><tr><th>paper</th><th>registered</th><th>listed</th>'
-        "<th>not registered, and why</th></tr></thead><tbody>"
+        "<th>not registered, and why</th><th>registered, and by which checks</th></tr>"
+        "</thead><tbody>"
     ]
     for row in rows:
         missing = "".join(
@@ -131,13 +132,23 @@ def _coverage_html(rows: list[Coverage]) -> str:
             f'<span class="reason">{html.escape(c.reason)}</span></li>'
             for c in row.missing
         )
+        covered = "".join(
+            f"<li><b>{html.escape(c.ref)}</b> {html.escape(c.text)}: "
+            + ", ".join(
+                f'<a href="#{html.escape(anchor(i))}">{html.escape(i)}</a>' for i in c.checks
+            )
+            + "</li>"
+            for c in row.registered
+        )
         out.append(
             f'<tr class="paper" data-seed="{row.seed}">'
             f"<td>{row.seed:03d} {html.escape(SEED_NAMES[row.seed])}</td>"
             f'<td class="registered">{len(row.registered)}</td>'
             f'<td class="listed">{len(row.listed)}</td>'
-            f"<td><details><summary>{len(row.missing)} not registered</summary>"
-            f"<ul>{missing}</ul></details></td></tr>"
+            f'<td class="missing"><details><summary>{len(row.missing)} not registered</summary>'
+            f"<ul>{missing}</ul></details></td>"
+            f'<td class="covered"><details><summary>{len(row.registered)} registered</summary>'
+            f"<ul>{covered}</ul></details></td></tr>"
         )
     out.append("</tbody></table>")
     return "".join(out)
@@ -203,6 +214,8 @@ td.status.pass { color: #065f06; } td.status.fail { color: #a00000; font-weight:
 .forms > div { flex: 1; padding: 4px; border-radius: 3px; overflow-x: auto; }
 .printed { background: #fdecec; } .corrected { background: #eaf6ea; }
 .label { display: block; font-size: 80%; color: #555; }
+.forms .katex-display { margin: 2px 0; text-align: left; }
+.forms .katex-display > .katex { text-align: left; }
 .reason { color: #555; }
 tr:target { outline: 2px solid #3366cc; }
 """
@@ -212,7 +225,7 @@ tr:target { outline: 2px solid #3366cc; }
 _RENDER = """
 document.addEventListener("DOMContentLoaded", function () {
   document.querySelectorAll("span.math").forEach(function (el) {
-    katex.render(el.textContent, el, {throwOnError: false, displayMode: false});
+    katex.render(el.textContent, el, {throwOnError: false, displayMode: true});
   });
 });
 """

@@ -118,10 +118,13 @@ def test_coverage_table_counts(report):
         registered = [c for c in listed if c.checks]
         assert int(row.cells["listed"]) == len(listed)
         assert int(row.cells["registered"]) == len(registered)
-        text = str(row.cells)
         for claim in listed:
             if not claim.checks:
-                assert claim.reason in text
+                assert claim.reason in row.cells["missing"]
+            else:
+                assert claim.text in row.cells["covered"]
+        covered = {i for c in registered for i in c.checks}
+        assert {h[len("#check-") :] for h in row.links} == covered
 
 
 def test_claims_map_to_registered_checks():

@@ -1190,10 +1190,14 @@ def _constrained_minimiser(u, keys, kappa):
     kind="numeric",
     tolerance=1e-10,
     expect="fails",
-    printed=r"\operatorname*{arg\,min}_{v \in T_u} = \bar u - u",
+    printed=(
+        r"\operatorname*{arg\,min}_{\delta u \in T_u} \sum_j \kappa_j \|\delta u - (\hat u_j - "
+        r"u)\|^2 = \bar u - u"
+    ),
     corrected=(
-        r"\operatorname*{arg\,min}_{v \in T_u} = P_T(u)\,\bar u = \bar u - (u^\top\bar "
-        r"u)\,u"
+        r"\operatorname*{arg\,min}_{\delta u \in T_u} \sum_j \kappa_j \|\delta u - (\hat u_j - "
+        r"u)\|^2 = P_T(u)\,\bar u = \bar u - (u^\top\bar u)\,u,\quad \bar u = "
+        r"\frac{\sum_j \kappa_j \hat u_j}{\sum_j \kappa_j}"
     ),
     correction="radial_tangential.corrected-tangent-step",
 )

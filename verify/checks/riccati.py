@@ -52,9 +52,10 @@ def _shown(solution) -> str:
     alpha, _, k, t, *_ = _mode_symbols()
     beta, gamma = sp.symbols("beta gamma", positive=True)
     v = sp.Eq(sp.Symbol("v"), solution(alpha, k, t, beta, gamma))
-    return sp.latex(v) + (
-        r",\quad k = \frac{|c|^2}{r},\ \beta = \sqrt{\alpha^2 + kq},\ "
-        r"\gamma = \frac{1}{\beta}\log\frac{\beta - \alpha}{\beta + \alpha}"
+    return (
+        rf"\begin{{gathered}}{sp.latex(v)}\\ "
+        r"k = \frac{|c|^2}{r},\ \beta = \sqrt{\alpha^2 + kq},\ "
+        r"\gamma = \frac{1}{\beta}\log\frac{\beta - \alpha}{\beta + \alpha}\end{gathered}"
     )
 
 
