@@ -189,6 +189,16 @@ def _sec36_forms():
     return (alpha, c2, sigma2, eta2, x), printed, corrected
 
 
+def _shown_sec36(which: int) -> str:
+    """SymPy's LaTeX of the printed (1) or corrected (2) 3.6 kernel, in the seed's symbols."""
+    forms = _sec36_forms()
+    _, c2, sigma2, eta2, x = forms[0]
+    lhs = sp.Symbol("sigma_V2")
+    names = {c2: "|c|^2", sigma2: r"\sigma^2", eta2: r"\eta^2", x: r"\Delta t\,\tau"}
+    names[lhs] = r"\sigma_V^2(\tau)"
+    return sp.latex(sp.Eq(lhs, forms[which]), symbol_names=names)
+
+
 @check(
     "measurement.printed-sec3.6-kernel",
     title="PRINTED 3.6 kernel sigma_V^2(tau) = |c|^2 s^2 (1 - e^{-2a dt tau})/(-2a) + eta^2 "
@@ -197,14 +207,8 @@ def _sec36_forms():
     kind="symbolic",
     tolerance=0.0,
     expect="fails",
-    printed=(
-        r"\sigma_V^2(\tau) = |c|^2\sigma^2\,\frac{1 - e^{-2\alpha\Delta "
-        r"t\,\tau}}{-2\alpha} + \eta^2 e^{-2\alpha\Delta t\,\tau}"
-    ),
-    corrected=(
-        r"\sigma_V^2(\tau) = |c|^2\sigma^2\,\frac{1 - e^{2\alpha\Delta "
-        r"t\,\tau}}{-2\alpha} + \eta^2 e^{2\alpha\Delta t\,\tau}"
-    ),
+    printed=lambda: _shown_sec36(1),
+    corrected=lambda: _shown_sec36(2),
     correction="measurement.corrected-sec3.6-kernel",
 )
 def _printed_sec36(quick: bool) -> Outcome:

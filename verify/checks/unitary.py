@@ -132,6 +132,15 @@ def _sec37_forms():
     return (alpha, nu, c2, sigma2, eta2, y, x), correct, printed, printed_ab, corrected_ab
 
 
+def _shown_sec37(which: int) -> str:
+    """SymPy's LaTeX of ``nu V^C + |R|^2`` in the a + b E^2 - 2E x form: as printed (3) or
+    corrected (4); ``y = -dt_ij``."""
+    forms = _sec37_forms()
+    _, _, c2, sigma2, eta2, y, _ = forms[0]
+    names = {c2: "|c|^2", sigma2: r"\sigma^2", eta2: r"\eta^2", y: r"(-\Delta t_{ij})"}
+    return r"\nu V^C + |R|^2 = " + sp.latex(forms[which], symbol_names=names)
+
+
 @check(
     "unitary.printed-sec3.7-denominator",
     title="PRINTED 3.7: nu V^C + |R|^2 = nu|c|^2 s^2 (1-E^2)/(-2a) + eta^2 E^2 + ... = a + b E^2 - "
@@ -140,11 +149,8 @@ def _sec37_forms():
     kind="symbolic",
     tolerance=0.0,
     expect="fails",
-    printed=r"b = 1 + \eta^2 - \frac{\nu|c|^2\sigma^2}{-2\alpha}",
-    corrected=(
-        r"b = 1 + \nu\eta^2 - \frac{\nu|c|^2\sigma^2}{-2\alpha},\quad a = 1 + "
-        r"\frac{\nu|c|^2\sigma^2}{-2\alpha}"
-    ),
+    printed=lambda: _shown_sec37(3),
+    corrected=lambda: _shown_sec37(4),
     correction="unitary.corrected-sec3.7-denominator",
 )
 def _printed_sec37(quick: bool) -> Outcome:
