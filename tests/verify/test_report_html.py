@@ -137,6 +137,17 @@ def test_claims_map_to_registered_checks():
     assert {c.seed for c in claims_module.CLAIMS} == {0, 1, 2, 3, 4}
 
 
+def test_results_pickle_for_dask_workers():
+    """`verify.distributed` sends `Result`s (holding their `Check`) back from workers: the
+    printed/corrected forms must pickle by reference (module functions, partials; no lambdas)."""
+    import pickle
+
+    for r in _synthetic_results():
+        if r.check.expect == "fails":
+            back = pickle.loads(pickle.dumps(r))
+            assert back.check.printed_latex == r.check.printed_latex
+
+
 def test_sympy_forms_are_the_checked_expressions():
     """Where a check gives its forms as SymPy (a function), the report shows `sympy.latex` of the
     expression the check itself tests."""

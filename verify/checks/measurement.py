@@ -5,6 +5,8 @@ Seed 000 sections 2.1, 2.3, 3.6, A.1, A.3; seed 004 (RFA) eq. (9), A.3, B.4.1, B
 
 from __future__ import annotations
 
+import functools
+
 import mpmath
 import numpy as np
 import sympy as sp
@@ -207,8 +209,8 @@ def _shown_sec36(which: int) -> str:
     kind="symbolic",
     tolerance=0.0,
     expect="fails",
-    printed=lambda: _shown_sec36(1),
-    corrected=lambda: _shown_sec36(2),
+    printed=functools.partial(_shown_sec36, 1),
+    corrected=functools.partial(_shown_sec36, 2),
     correction="measurement.corrected-sec3.6-kernel",
 )
 def _printed_sec36(quick: bool) -> Outcome:

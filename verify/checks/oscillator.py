@@ -343,8 +343,8 @@ def _shown_uv(form) -> str:
     kind="symbolic",
     tolerance=0.0,
     expect="fails",
-    printed=lambda: _shown_uv(_printed_uv),
-    corrected=lambda: _shown_uv(_corrected_uv),
+    printed=functools.partial(_shown_uv, _printed_uv),
+    corrected=functools.partial(_shown_uv, _corrected_uv),
     correction="oscillator.corrected-od-transient",
 )
 def _printed_od_transient(quick: bool) -> Outcome:

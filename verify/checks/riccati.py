@@ -8,6 +8,7 @@ The corrected argument is ``beta (t + gamma/2) = beta t - artanh(alpha/beta)``.
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import numpy as np
@@ -42,7 +43,8 @@ def _printed_solution(alpha, k, t, beta, gamma):
     return (beta * sp.tanh(beta / 2 * (t - gamma)) + alpha) / k  # r/|c|^2 = 1/k
 
 
-def _corrected_solution(alpha, k, t, beta):
+def _corrected_solution(alpha, k, t, beta, gamma=None):
+    """The corrected form (`gamma` unused: the artanh form needs none)."""
     return (alpha + beta * sp.tanh(beta * t - sp.atanh(alpha / beta))) / k
 
 
@@ -70,10 +72,8 @@ def _shown(solution) -> str:
     kind="symbolic",
     tolerance=0.0,
     expect="fails",
-    printed=lambda: _shown(_printed_solution),
-    corrected=lambda: _shown(
-        lambda alpha, k, t, beta, gamma: _corrected_solution(alpha, k, t, beta)
-    ),
+    printed=functools.partial(_shown, _printed_solution),
+    corrected=functools.partial(_shown, _corrected_solution),
     correction="riccati.corrected-tanh",
 )
 def _printed_tanh(quick: bool) -> Outcome:

@@ -33,6 +33,8 @@ remark on heads).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import sympy as sp
 from scipy.linalg import expm
@@ -213,8 +215,8 @@ def _shown_rank_one(form) -> str:
     kind="symbolic",
     tolerance=0.0,
     expect="fails",
-    printed=lambda: _shown_rank_one(_printed_rank_one_expr),
-    corrected=lambda: _shown_rank_one(_corrected_rank_one_expr),
+    printed=functools.partial(_shown_rank_one, _printed_rank_one_expr),
+    corrected=functools.partial(_shown_rank_one, _corrected_rank_one_expr),
     correction="rt_structure.corrected-rank1-coefficient",
 )
 def _printed_rank_one(quick: bool) -> float:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import sympy as sp
 from scipy.linalg import expm
@@ -149,8 +151,8 @@ def _shown_sec37(which: int) -> str:
     kind="symbolic",
     tolerance=0.0,
     expect="fails",
-    printed=lambda: _shown_sec37(3),
-    corrected=lambda: _shown_sec37(4),
+    printed=functools.partial(_shown_sec37, 3),
+    corrected=functools.partial(_shown_sec37, 4),
     correction="unitary.corrected-sec3.7-denominator",
 )
 def _printed_sec37(quick: bool) -> Outcome:
