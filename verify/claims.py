@@ -147,12 +147,17 @@ CLAIMS: tuple[Claim, ...] = (
     _c(1, "C14", "equivalent attention matrix (App. E.4)",
        reason="needs need_weights on the KLA layer (issue 17)"),
     _c(1, "C15", "state-expanded (22)-(23) = N x D independent scalar filters",
-       "well_specified.kla-ou"),
+       reason="a test only (tests/kernels/test_kla_layer.py::"
+       "test_state_expanded_layout_matches_per_channel_filters), not registered"),
     _c(1, "C16", "variance readout Y Sigma = Q^2 Lambda^-1", reason=_NOT_YET),
-    _c(1, "C17", "MC loss (25) at S = 1", reason=_NOT_YET),
+    _c(1, "C17", "MC loss (25) at S = 1",
+       reason="a test only (tests/kernels/test_kla_layer.py::"
+       "test_mc_marginal_nll_logsumexp_and_jensen), not registered"),
     _c(1, "C18", "strictly more expressive than GLA",
        reason="no formal statement in the paper; only empirical evidence"),
-    _c(1, "C19", "complexity Table 1 (streaming state = scan's final state)", reason=_NOT_YET),
+    _c(1, "C19", "complexity Table 1 (streaming state = scan's final state)",
+       reason="a test only (tests/kernels/test_kla_layer.py::"
+       "test_step_loop_equals_parallel_scan), not registered"),
     _c(1, "C20", "CUDA kernel ~350x faster than the recurrent form",
        reason="a GPU timing, not a check (benchmarks)"),
     _c(1, "Table 3", "Table 3's KLA row (moment vs information form)",
@@ -223,7 +228,8 @@ CLAIMS: tuple[Claim, ...] = (
     _c(3, "C7", "validity regime m >> sigma_t sqrt((d-1)/mu_r), both sides by Monte Carlo",
        reason=_NOT_YET + " (issue 17)"),
     _c(3, "C8", "norm preservation |e^{Lambda_Omega tau} u| = 1",
-       "radial_tangential.spherical-exp-vs-rotation"),
+       reason="not registered as its own check (the rotation enters the transports that "
+       "radial_tangential.* check)"),
     _c(3, "C9", "J_pi(m u) = P_T(u)/m", "radial_tangential.direction-ito-drift"),
     _c(3, "C10", "eq. 4: Cov(u_z) ~ (eta_t^2/m^2) P_T", "radial_tangential.direction-second-order",
        "radial_tangential.direction-monte-carlo"),
@@ -294,7 +300,8 @@ CLAIMS: tuple[Claim, ...] = (
     _c(4, "P17", "A.6.1: the logit is a tempered Student-t log density",
        "robust_weights.logit-tempered-likelihood"),
     _c(4, "P18", "softmax of the logit = normalised w lambda_P",
-       "robust_weights.logit-vs-irls-weight"),
+       reason=_NOT_YET + " (robust_weights.logit-vs-irls-weight checks the logit's slope is "
+       "the IRLS weight, not the softmax identity)"),
     _c(4, "P19", "isotropic Algorithm 1 = tensor RFA when parameters are equal",
        reason="tested against the naive loop (tests/kernels), not registered"),
     _c(4, "P20", "B.3.3 refactoring", reason="tested against the naive loop (tests/kernels), "
