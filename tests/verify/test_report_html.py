@@ -273,3 +273,10 @@ def test_maths_render_in_a_headless_browser(tmp_path):
     report_html.write_html(bad, [dataclasses.replace(results[0], check=broken)], header="control")
     dom = _rendered_dom(_browser(), bad)
     assert len(_KATEX_ERROR.findall(dom)) == 1 and len(_KATEX.findall(dom)) == 1
+
+
+def test_printed_forms_only_on_printed_form_checks():
+    from verify import registry
+
+    with pytest.raises(ValueError, match="belong to expect='fails'"):
+        registry.check("demo.x", title="t", source="s", kind="numeric", tolerance=1.0, printed="x")
