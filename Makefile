@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 
-.PHONY: install reproduce reproduce-quick test lint format bench clean
+.PHONY: install reproduce reproduce-quick test lint format bench clean browser
 
 install: $(STAMP)
 
@@ -16,24 +16,41 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) install --quiet -c constraints.txt -e ".[dev,distributed]"
 	touch $(STAMP)
 
-# Every output into out/: the simulator's gallery, the verification table (quick checks; run
+# Every output into out/: the simulator's gallery, the verification table and its browsable
+# report out/verify.html (quick checks; run
 # `python -m verify` for the full-size ones) and the figures. reproduce-quick: preview figures.
 reproduce: $(STAMP)
 	$(PY) -m sde_sim simulate-all --out out/sde_sim --force
-	$(PY) -m verify --quick --json out/verify.json --table out/verify.txt --force
+	$(PY) -m verify --quick --json out/verify.json --table out/verify.txt \
+		--html out/verify.html --force
 	$(PY) -m figures --out out --force
 
 reproduce-quick: $(STAMP)
 	$(PY) -m sde_sim simulate-all --out out/sde_sim --force
-	$(PY) -m verify --quick --json out/verify.json --table out/verify.txt --force
+	$(PY) -m verify --quick --json out/verify.json --table out/verify.txt \
+		--html out/verify.html --force
 	$(PY) -m figures --quick --out out --force
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-test: lint
+test: lint browser
 	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -m "not gpu and not slow" -q
+
+# The HTML report's browser test needs chromium (Debian's package): installed where apt-get
+# runs as root; elsewhere the test skips, with its reason. Never fails.
+browser:
+	@if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then \
+		:; \
+	elif [ "$$(id -u 2>/dev/null)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing chromium for the HTML report's browser test (apt-get)"; \
+		(apt-get install -y -qq chromium >/dev/null 2>&1 || \
+		 (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq chromium >/dev/null 2>&1)) || \
+		echo "could not install chromium: the HTML report's browser test will be skipped"; \
+	else \
+		echo "no chromium and no apt-get as root: the HTML report's browser test will be skipped"; \
+	fi
 
 format: $(STAMP)
 	$(VENV)/bin/ruff format .

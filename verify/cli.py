@@ -49,7 +49,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--table", type=Path, metavar="FILE", help="also write the printed table to FILE"
     )
-    parser.add_argument("--force", action="store_true", help="overwrite --json/--table files")
+    parser.add_argument(
+        "--html",
+        type=Path,
+        metavar="FILE",
+        help="also write a browsable report (verify.report_html)",
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="overwrite --json/--table/--html files"
+    )
     where = parser.add_mutually_exclusive_group()
     where.add_argument(
         "--workers",
@@ -249,6 +257,14 @@ def train_main(argv: list[str]) -> int:
     )
 
 
+def _check_html_target(args: argparse.Namespace) -> None:
+    """``--html FILE``: a new ``.html`` file (or ``--force``), not the --json/--table file."""
+    check_target(args.html, "--html", force=args.force, suffix=".html")
+    for flag, other in (("--json", args.json), ("--table", args.table)):
+        if args.html is not None and other is not None and args.html.resolve() == other.resolve():
+            raise UsageError(f"{flag} and --html name the same file {other}")
+
+
 def _run(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     checks = select(args.only)
@@ -265,6 +281,7 @@ def _run(argv: list[str]) -> int:
     both = args.json is not None and args.table is not None
     if both and args.json.resolve() == args.table.resolve():
         raise UsageError(f"--json and --table name the same file {args.json}")
+    _check_html_target(args)
 
     mode = "quick" if args.quick else "full"
     print(f"filtersuite {package_version()}: {len(checks)} checks ({mode})")
@@ -296,6 +313,15 @@ def _run(argv: list[str]) -> int:
     if args.table is not None:
         text = "\n".join([HEADER, *map(_row, results), summary, "", *_details(results), ""])
         atomic_write(args.table, lambda fh: fh.write(text.encode()), overwrite=args.force)
+    if args.html is not None:
+        from verify.report_html import write_html
+
+        write_html(
+            args.html,
+            results,
+            header=f"filtersuite {package_version()} ({mode})",
+            overwrite=args.force,
+        )
     if args.json is not None:
         payload = {
             "filtersuite_version": package_version(),

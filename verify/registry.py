@@ -13,12 +13,17 @@ registered with an id, the seed section it comes from, its kind and its toleranc
 
 ``expect="fails"`` registers a printed formula that a seed gets wrong: the check passes when
 the printed form's residual is *above* the tolerance, i.e. the error is demonstrated. Every such
-check is paired with one (``expect="holds"``) for the corrected form.
+check is paired with one (``expect="holds"``) for the corrected form, and records both formulas
+in LaTeX (``printed=``, ``corrected=``) for the HTML report (`verify.report_html`).
+
+``claim=`` is the check's claim in one sentence; without it, `Check.claim` is the title.
+`Check.note` is the first sentence of the function's docstring (how the check measures).
 """
 
 from __future__ import annotations
 
 import fnmatch
+import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -60,6 +65,33 @@ class Check:
     tolerance: float
     fn: Callable[[bool], float | Outcome]
     expect: str = "holds"
+    claim_text: str = ""
+    # LaTeX of the printed (wrong) formula and of its correction, for expect="fails": a string,
+    # or a function returning one or a SymPy expression (rendered by `sympy.latex` on demand)
+    printed: str | Callable[[], object] = ""
+    corrected: str | Callable[[], object] = ""
+    correction: tuple[str, ...] = ()  # ids of the checks that prove the correction
+
+    @property
+    def printed_latex(self) -> str:
+        return _latex(self.printed)
+
+    @property
+    def corrected_latex(self) -> str:
+        return _latex(self.corrected)
+
+    @property
+    def claim(self) -> str:
+        """The claim in one sentence: ``claim=`` if given, else the title (every title states
+        its claim in one sentence)."""
+        return self.claim_text or self.title
+
+    @property
+    def note(self) -> str:
+        """The first sentence of the check function's docstring ("" without one): in this
+        registry the docstrings say how a check measures, not what it claims."""
+        doc = " ".join((self.fn.__doc__ or "").split())
+        return re.split(r"(?<=[.!?])\s", doc, maxsplit=1)[0] if doc else ""
 
     def run(self, quick: bool) -> Result:
         start = time.perf_counter()
@@ -81,6 +113,18 @@ class Check:
         within = residual <= self.tolerance  # NaN compares False: never passes as "holds"
         passed = within if self.expect == "holds" else residual > self.tolerance
         return Result(self, residual, passed, elapsed, outcome.detail, None)
+
+
+def _latex(form: str | Callable[[], object]) -> str:
+    """LaTeX of a `Check.printed`/`Check.corrected` form: strings as they are; a function is
+    called and a SymPy result converted with `sympy.latex`."""
+    if callable(form):
+        form = form()
+    if isinstance(form, str):
+        return form
+    import sympy
+
+    return sympy.latex(form)
 
 
 @dataclass(frozen=True)
@@ -129,19 +173,32 @@ def check(
     kind: str,
     tolerance: float,
     expect: str = "holds",
+    claim: str = "",
+    printed: str | Callable[[], object] = "",
+    corrected: str | Callable[[], object] = "",
+    correction: str | Iterable[str] = (),
 ) -> Callable:
-    """Decorator registering ``fn(quick) -> residual`` as a check."""
+    """Decorator registering ``fn(quick) -> residual`` as a check.
+
+    `printed` and `corrected` (LaTeX, or a function returning LaTeX or a SymPy expression) are
+    for ``expect="fails"`` checks only; `correction` names the check id(s) proving the
+    corrected form."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     if expect not in EXPECTATIONS:
         raise ValueError(f"expect must be one of {EXPECTATIONS}, got {expect!r}")
     if kind == "symbolic" and tolerance != 0:
         raise ValueError(f"{id}: a symbolic check has tolerance 0 (a proof), got {tolerance}")
+    if (printed or corrected) and expect != "fails":
+        raise ValueError(f"{id}: printed/corrected formulas belong to expect='fails' checks")
+    correction = (correction,) if isinstance(correction, str) else tuple(correction)
 
     def register(fn: Callable[[bool], float | Outcome]) -> Callable:
         if id in REGISTRY:
             raise ValueError(f"check id {id!r} is registered twice")
-        REGISTRY[id] = Check(id, title, source, kind, tolerance, fn, expect)
+        REGISTRY[id] = Check(
+            id, title, source, kind, tolerance, fn, expect, claim, printed, corrected, correction
+        )
         return fn
 
     return register

@@ -1,6 +1,6 @@
 """Fuzz the command-line interfaces in-process through their ``main(argv)``: ``python -m
 sde_sim list/simulate/simulate-all``, ``python -m verify`` (``--only``, ``--list``, ``--json``,
-``--table``), ``python -m verify train`` (with ``--resume`` over corrupt run files) and
+``--table``, ``--html``), ``python -m verify train`` (with ``--resume`` over corrupt run files) and
 ``python -m figures``. Each run happens in a fresh folder holding a user's file; see
 `tests.fuzz.cli` for what each exit status must come with."""
 
@@ -322,7 +322,7 @@ def verify_argv(draw, folder: Path):
     ]
     if draw(st.integers(0, 4)) == 0:
         argv.append("--list")
-    for flag, suffix in (("--json", ".json"), ("--table", ".txt")):
+    for flag, suffix in (("--json", ".json"), ("--table", ".txt"), ("--html", ".html")):
         if draw(st.booleans()):
             argv += [flag, _path(draw, folder, suffix)]
     if "--json" in argv and "--table" in argv and draw(st.integers(0, 3)) == 0:
@@ -340,6 +340,7 @@ def test_verify(fuzz):
             folder = _folder(tmp)
             (folder / "mine.json").write_bytes(MINE)
             (folder / "mine.txt").write_bytes(MINE)
+            (folder / "mine.html").write_bytes(MINE)
             argv = data.draw(verify_argv(folder))
             try:
                 cli_expect(
@@ -347,7 +348,7 @@ def test_verify(fuzz):
                     verify_main,
                     argv,
                     folder,
-                    protected=["mine.json", "mine.txt"],
+                    protected=["mine.json", "mine.txt", "mine.html"],
                 )
             finally:
                 if (folder / "ro").exists():

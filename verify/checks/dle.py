@@ -320,6 +320,9 @@ def _rfa_eq5(quick: bool) -> Outcome:
     kind="numeric",
     tolerance=1e-10,
     expect="fails",
+    printed=r"V(\Delta t) = S\,\Lambda_V(\Delta t)\,S^{-1}",
+    corrected=r"V(\Delta t) = S\,\Lambda_V(\Delta t)\,S^{H}",
+    correction="dle.closed-form-vs-van-loan",
 )
 def _printed_s_inverse(quick: bool) -> Outcome:
     S = np.array([[1 - 1j, 1 + 1j], [1, 1]])

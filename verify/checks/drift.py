@@ -106,6 +106,13 @@ def _corrected_eigenbasis_lines(quick: bool) -> float:
     kind="symbolic",
     tolerance=0.0,
     expect="fails",
+    printed=r"e^{-\lambda\Delta t}\Bigl(x_s - \frac{e^{\lambda\Delta t}-1}{\lambda}\Bigr)u_s",
+    corrected=(
+        r"e^{-\lambda\Delta t}\Bigl(x_s - \frac{e^{\lambda\Delta "
+        r"t}-1}{\lambda}\,u_s\Bigr) = e^{-\lambda\Delta t}x_s - \frac{1-e^{-\lambda\Delta "
+        r"t}}{\lambda}\,u_s"
+    ),
+    correction="drift.corrected-eigenbasis-lines",
 )
 def _printed_eigenbasis_lines(quick: bool) -> Outcome:
     lam, dt, x, u, decay, line2 = _eigenbasis_lines()
@@ -234,6 +241,9 @@ def _corrected_afa_bias(quick: bool) -> float:
     kind="symbolic",
     tolerance=0.0,
     expect="fails",
+    printed=r"Z^u_q[k,j] - E[k,i,j]\,Z^u_k[k,j]",
+    corrected=r"Z^u_q[k,i] - E[k,i,j]\,Z^u_k[k,j]",
+    correction="drift.corrected-afa-bias",
 )
 def _printed_afa_bias(quick: bool) -> Outcome:
     _, _, _, _, zq_j, zk_j, b, E, residual = _afa_symbols()
@@ -482,6 +492,12 @@ def _corrected_u(quick: bool) -> float:
     kind="numeric",
     tolerance=1e-10,
     expect="fails",
+    printed=r"u_s := S\,u\,S^{-1}",
+    corrected=(
+        r"u_s = S^{-1}u,\qquad G_u(\Delta t)\,u = "
+        r"S\,\operatorname{diag}\bigl(g(\lambda,\Delta t)\bigr)\,u_s"
+    ),
+    correction="drift.corrected-u-eigen-coordinates",
 )
 def _printed_u(quick: bool) -> Outcome:
     best = np.inf  # the printed form must be wrong in every case, so report the smallest error
@@ -597,6 +613,15 @@ def _rfa_drift_cases(quick: bool):
     kind="numeric",
     tolerance=1e-10,
     expect="fails",
+    printed=(
+        r"\hat z = \Lambda_C e^{\Lambda\Delta t}\bigl(\Lambda_C^{-1}(z_s - b) + "
+        r"u_s/\Lambda\bigr) - u_s/\Lambda + b"
+    ),
+    corrected=(
+        r"\hat z = \Lambda_C e^{\Lambda\Delta t}\bigl(\Lambda_C^{-1}(z_s - b) + "
+        r"u_s/\Lambda\bigr) - \Lambda_C u_s/\Lambda + b"
+    ),
+    correction="drift.corrected-rfa-c2",
 )
 def _printed_rfa_c2(quick: bool) -> Outcome:
     best = np.inf

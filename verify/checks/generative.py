@@ -56,6 +56,9 @@ def _scores(z: np.ndarray, claimed: np.ndarray) -> float:
     kind="statistical",
     tolerance=SIGMA_LEVEL,
     expect="fails",
+    printed=r"z_i^+ = S\,z_{s,i}^+\,S^{-1}\quad(\operatorname{Cov} = S\,\Lambda^+ S^{-1})",
+    corrected=r"z_i^+ = S\,z_{s,i}^+,\qquad \operatorname{Cov}(z_i^+) = S\,\Lambda^+ S^{H}",
+    correction="generative.corrected-eigenbasis-map",
 )
 def _printed_map(quick: bool) -> Outcome:
     best = min(_scores(z, S @ L @ np.linalg.inv(S)) for S, L, z in _draws(quick))

@@ -45,6 +45,15 @@ _PRINTED = {
     kind="numeric",
     tolerance=0.0,
     expect="fails",
+    printed=(
+        r"\alpha_y = \alpha_b\,\mathbb{1}(\Delta y'>0) + \alpha_t\,\mathbb{1}(\Delta "
+        r"y'<0),\quad \sigma_y = \sigma_t\,\mathbb{1}(\Delta y'>0) + "
+        r"\sigma_b\,\mathbb{1}(\Delta y'<0)"
+    ),
+    corrected=(
+        r"\sigma_y = \sigma_b\,\mathbb{1}(\Delta y'>0) + \sigma_t\,\mathbb{1}(\Delta "
+        r"y'<0)\ \text{(the SDE that gives } \alpha_y, \omega_y)"
+    ),
 )
 def _printed_pairing(quick: bool) -> Outcome:
     mismatched = [
@@ -84,6 +93,17 @@ def _axis_cases(quick: bool):
     kind="numeric",
     tolerance=1e-10,
     expect="fails",
+    printed=(
+        r"\sigma_V^2 = \bigl(\sigma_x^2 k(\alpha_x^2,|\Delta x'|)\bigr)\bigl(\sigma_y^2 "
+        r"k(\alpha_y^2,|\Delta y'|)\bigr) + \eta^2 e^{-2\alpha_x^2|\Delta x'| - "
+        r"2\alpha_y^2|\Delta y'|}"
+    ),
+    corrected=(
+        r"\sigma_V^2 = \sigma_x^2 k_x\, e^{-2\alpha_y^2|\Delta y'|} + \sigma_y^2 k_y + "
+        r"\eta^2 e^{-2\alpha_x^2|\Delta x'| - 2\alpha_y^2|\Delta y'|},\quad k(a,s) = "
+        r"\frac{1-e^{-2as}}{2a}"
+    ),
+    correction="image_2d.corrected-two-leg-covariance",
 )
 def _printed_product(quick: bool) -> Outcome:
     best = np.inf

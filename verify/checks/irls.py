@@ -153,6 +153,9 @@ def _outlier_weights(quick: bool) -> Outcome:
     kind="numeric",
     tolerance=1.0,
     expect="fails",
+    printed=r"P^C_{ij} \leftarrow P^C_{ij}/w_{ij},\qquad w_{ij} = \frac{1}{1 + m_{ij}/\nu}",
+    corrected=r"P^C_{ij} \leftarrow w_{ij}\,P^C_{ij}",
+    correction="irls.outlier-weights",
 )
 def _printed(quick: bool) -> Outcome:
     sc, sim, mle = contaminated(quick)

@@ -228,6 +228,9 @@ def _two_and_three_steps():
     kind="symbolic",
     tolerance=0.0,
     expect="fails",
+    printed=r"M_1 \circ M_2 \circ \cdots \circ M_T",
+    corrected=r"M_T \circ \cdots \circ M_2 \circ M_1",
+    correction="kla.corrected-fig2-order",
 )
 def _printed_fig2_order(quick: bool) -> Outcome:
     Ms, lam = _two_and_three_steps()

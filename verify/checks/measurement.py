@@ -5,6 +5,8 @@ Seed 000 sections 2.1, 2.3, 3.6, A.1, A.3; seed 004 (RFA) eq. (9), A.3, B.4.1, B
 
 from __future__ import annotations
 
+import functools
+
 import mpmath
 import numpy as np
 import sympy as sp
@@ -189,6 +191,16 @@ def _sec36_forms():
     return (alpha, c2, sigma2, eta2, x), printed, corrected
 
 
+def _shown_sec36(which: int) -> str:
+    """SymPy's LaTeX of the printed (1) or corrected (2) 3.6 kernel, in the seed's symbols."""
+    forms = _sec36_forms()
+    _, c2, sigma2, eta2, x = forms[0]
+    lhs = sp.Symbol("sigma_V2")
+    names = {c2: "|c|^2", sigma2: r"\sigma^2", eta2: r"\eta^2", x: r"\Delta t\,\tau"}
+    names[lhs] = r"\sigma_V^2(\tau)"
+    return sp.latex(sp.Eq(lhs, forms[which]), symbol_names=names)
+
+
 @check(
     "measurement.printed-sec3.6-kernel",
     title="PRINTED 3.6 kernel sigma_V^2(tau) = |c|^2 s^2 (1 - e^{-2a dt tau})/(-2a) + eta^2 "
@@ -197,6 +209,9 @@ def _sec36_forms():
     kind="symbolic",
     tolerance=0.0,
     expect="fails",
+    printed=functools.partial(_shown_sec36, 1),
+    corrected=functools.partial(_shown_sec36, 2),
+    correction="measurement.corrected-sec3.6-kernel",
 )
 def _printed_sec36(quick: bool) -> Outcome:
     """The exponents' signs are flipped for the argument tau = |i - j| >= 0 the seed uses.
@@ -343,6 +358,12 @@ def _rfa_zero_decay_logit():
     kind="symbolic",
     tolerance=0.0,
     expect="fails",
+    printed=r"L \approx \log P - \frac{2\kappa}{\nu}P + \frac{2\kappa}{\nu}P\,x",
+    corrected=(
+        r"L \approx \log P - \kappa\log(1+a) + \frac{\kappa a}{1+a}\,x,\qquad a = "
+        r"\frac{2P}{\nu}"
+    ),
+    correction="measurement.corrected-rfa-zero-decay-expansion",
 )
 def _printed_rfa_expansion(quick: bool) -> Outcome:
     """The printed form also linearises ``log(1 + a)`` and ``a / (1 + a)`` in ``a = 2P/nu``.
@@ -522,6 +543,9 @@ def _transition_cases(quick: bool):
     kind="numeric",
     tolerance=1e-10,
     expect="fails",
+    printed=r"\Phi_z(\Delta t) = C\,e^{+A\Delta t}\,C^{-1}",
+    corrected=r"\Phi_z(\Delta t) = C\,e^{-A\Delta t}\,C^{-1}",
+    correction="measurement.corrected-sec2.1-transition",
 )
 def _printed_transition(quick: bool) -> Outcome:
     """With ``x_j = e^{A dt} x_i + noise`` (A.1), the printed map gives mean ``C e^{2 A dt} x_i``.
@@ -630,6 +654,12 @@ def _rfa_forms_vs_mpmath(quick: bool) -> Outcome:
     kind="numeric",
     tolerance=0.0,
     expect="fails",
+    printed=r"|\alpha| \le \beta\ \text{required}",
+    corrected=(
+        r"\alpha\,e^{-2\mu\Delta t} + \beta \ \ge\ \min(\eta^2+\gamma^2,\ "
+        r"\gamma^2+\tilde\sigma^2) > 0\ \text{for all positive parameters}"
+    ),
+    correction="measurement.corrected-rfa-positivity",
 )
 def _printed_alpha_bound(quick: bool) -> Outcome:
     """The claimed constraint is not implied by the parameterisation and not needed.
@@ -799,6 +829,12 @@ def _steady_state_variance_under(scaling):
     kind="symbolic",
     tolerance=0.0,
     expect="fails",
+    printed=(
+        r"\sigma = k\mu \;\Rightarrow\; \tilde\sigma^2 = \frac{|c|^2\sigma^2}{2\mu}\ "
+        r"\text{constant}"
+    ),
+    corrected=r"\sigma^2 = k\mu \;\Rightarrow\; \tilde\sigma^2 = \frac{|c|^2 k}{2}",
+    correction="measurement.corrected-rfa-sigma2-prop-mu",
 )
 def _printed_sigma_proportional(quick: bool) -> Outcome:
     mu, st2 = _steady_state_variance_under(lambda mu, k: k * mu)

@@ -320,6 +320,21 @@ def _overdamped_transient(U, V, x0, v0, *, with_ode: bool = True) -> float:
     return symbolic_residual(sp.Matrix(residuals if with_ode else residuals[1:]))
 
 
+def _printed_uv(x0, v0):
+    """A.5.4's overdamped U, V as printed (x0 = x_ss(t_i), v0 = its velocity)."""
+    return (-(_g + _sg) * x0 + v0) / (2 * _sg), (-(_g - _sg) * x0 - v0) / (2 * _sg)
+
+
+def _corrected_uv(x0, v0):
+    return (-(_g + _sg) * x0 - v0) / (2 * _sg), ((_g - _sg) * x0 + v0) / (2 * _sg)
+
+
+def _shown_uv(form) -> str:
+    """SymPy's LaTeX of ``U = ..., V = ...`` for the report."""
+    U, V = form(*sp.symbols("x_ss v_ss", real=True))
+    return rf"{sp.latex(sp.Eq(sp.Symbol('U'), U))},\qquad {sp.latex(sp.Eq(sp.Symbol('V'), V))}"
+
+
 @check(
     "oscillator.printed-od-transient",
     title="A.5.4 overdamped U, V AS PRINTED miss the anchoring: U + V = -(gamma/sigma) x_ss "
@@ -328,11 +343,13 @@ def _overdamped_transient(U, V, x0, v0, *, with_ode: bool = True) -> float:
     kind="symbolic",
     tolerance=0.0,
     expect="fails",
+    printed=functools.partial(_shown_uv, _printed_uv),
+    corrected=functools.partial(_shown_uv, _corrected_uv),
+    correction="oscillator.corrected-od-transient",
 )
 def _printed_od_transient(quick: bool) -> Outcome:
     x0, v0 = sp.symbols("x_ss v_ss", real=True)
-    U = (-(_g + _sg) * x0 + v0) / (2 * _sg)
-    V = (-(_g - _sg) * x0 - v0) / (2 * _sg)
+    U, V = _printed_uv(x0, v0)
     return Outcome(
         _overdamped_transient(U, V, x0, v0, with_ode=False),
         f"U + V + x_ss = {sp.factor(sp.cancel(U + V + x0))}",
@@ -349,8 +366,7 @@ def _printed_od_transient(quick: bool) -> Outcome:
 )
 def _corrected_od_transient(quick: bool) -> float:
     x0, v0 = sp.symbols("x_ss v_ss", real=True)
-    U = (-(_g + _sg) * x0 - v0) / (2 * _sg)
-    V = ((_g - _sg) * x0 + v0) / (2 * _sg)
+    U, V = _corrected_uv(x0, v0)
     return _overdamped_transient(U, V, x0, v0)
 
 
@@ -587,6 +603,13 @@ def _eq30_error(value, ref, gamma, omega_d, t) -> float:
     kind="numeric",
     tolerance=1e-12,
     expect="fails",
+    printed=r"I_2 = \tfrac12\bigl(G(\lambda_+) + G(\lambda_-)\bigr)",
+    corrected=(
+        r"I_2 = \tfrac12\bigl(G(\lambda_-) - G(\lambda_+)\bigr),\quad G(l) = "
+        r"\frac{-\gamma e^{-\gamma t}\cos lt + l\,e^{-\gamma t}\sin lt + \gamma}{\gamma^2 "
+        r"+ l^2}"
+    ),
+    correction="oscillator.corrected-eq30",
 )
 def _printed_eq30(quick: bool) -> Outcome:
     # The residual is the SMALLEST error over the cases: the printed form fails at every one.

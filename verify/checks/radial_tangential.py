@@ -367,6 +367,15 @@ def _corrected_transition(quick: bool) -> float:
     kind="symbolic",
     tolerance=0.0,
     expect="fails",
+    printed=(
+        r"\Phi(\tau) = e^{\Omega\tau}\bigl(e^{-\mu_r\tau}P_R(u(t+\tau)) + "
+        r"e^{-\mu_t\tau}P_T(u(t+\tau))\bigr)"
+    ),
+    corrected=(
+        r"\Phi(\tau) = e^{\Omega\tau}\bigl(e^{-\mu_r\tau}P_R(u(t)) + "
+        r"e^{-\mu_t\tau}P_T(u(t))\bigr)"
+    ),
+    correction="radial_tangential.corrected-prop1-transition",
 )
 def _printed_transition(quick: bool) -> Outcome:
     # A counterexample at an exact rational point of the relations: u = (3, 4)/5,
@@ -411,6 +420,9 @@ def _magnitude_ito(quick: bool) -> float:
     kind="symbolic",
     tolerance=0.0,
     expect="fails",
+    printed=r"dm = \alpha m\,dt + \sigma_r\,dw_r,\quad \alpha = -\mu_r",
+    corrected=r"dm = \Bigl(-\mu_r m + \frac{(d-1)\sigma_t^2}{2m}\Bigr)dt + \sigma_r\,dw_r",
+    correction="radial_tangential.magnitude-ito-drift",
 )
 def _printed_magnitude(quick: bool) -> Outcome:
     ito = _polar_ito()
@@ -445,6 +457,12 @@ def _direction_ito(quick: bool) -> float:
     kind="symbolic",
     tolerance=0.0,
     expect="fails",
+    printed=r"\text{drift of } u:\ P_T(u)\,\Lambda_\Omega u",
+    corrected=(
+        r"du = \Bigl(\Omega - \frac{(d-1)\sigma_t^2}{2m^2}\Bigr)u\,dt + "
+        r"\frac{\sigma_t}{m}P_T(u)\,dw"
+    ),
+    correction="radial_tangential.direction-ito-drift",
 )
 def _printed_direction(quick: bool) -> Outcome:
     ito = _polar_ito()
@@ -663,6 +681,15 @@ def _transition_vs_ode(quick: bool) -> Outcome:
     kind="numeric",
     tolerance=ODE_TOLERANCE,
     expect="fails",
+    printed=(
+        r"\Phi(\tau) = e^{\Omega\tau}\bigl(e^{-\mu_r\tau}P_R(u(t+\tau)) + "
+        r"e^{-\mu_t\tau}P_T(u(t+\tau))\bigr)"
+    ),
+    corrected=(
+        r"\Phi(\tau) = e^{\Omega\tau}\bigl(e^{-\mu_r\tau}P_R(u(t)) + "
+        r"e^{-\mu_t\tau}P_T(u(t))\bigr),\quad \Phi' = A(u(t))\,\Phi"
+    ),
+    correction="radial_tangential.transition-vs-ode",
 )
 def _printed_transition_vs_ode(quick: bool) -> Outcome:
     corrected, printed = _transition_errors(quick)
@@ -1006,6 +1033,12 @@ def _literal_mu_r(quick: bool) -> Outcome:
     kind="statistical",
     tolerance=SIGMA_LEVEL,
     expect="fails",
+    printed=(
+        r"\text{tangential variance} = \sigma_t^2\,\phi(\mu_t, t),\quad \phi(\mu,t) = "
+        r"\frac{1-e^{-2\mu t}}{2\mu}"
+    ),
+    corrected=r"\text{literal SDE: } \sigma_t^2\,\phi(\mu_r, t)\quad(P_T(u)\,x = 0)",
+    correction="radial_tangential.literal-tangential-mu-r",
 )
 def _prop1_literal(quick: bool) -> Outcome:
     per_direction, _, _, paths, d = _literal_tangential(quick)
@@ -1083,6 +1116,12 @@ def _magnitude_monte_carlo(quick: bool) -> Outcome:
     kind="statistical",
     tolerance=SIGMA_LEVEL,
     expect="fails",
+    printed=r"\mathbb{E}[m^2(t)] = m_0^2 e^{-2\mu_r t} + \sigma_r^2\,\phi(\mu_r, t)",
+    corrected=(
+        r"\mathbb{E}[m^2(t)] = m_0^2 e^{-2\mu_r t} + \bigl(\sigma_r^2 + "
+        r"(d-1)\sigma_t^2\bigr)\phi(\mu_r, t)"
+    ),
+    correction="radial_tangential.magnitude-m2-monte-carlo",
 )
 def _printed_magnitude_monte_carlo(quick: bool) -> Outcome:
     m2, t, euler_bias, paths = _magnitude_runs(quick)
@@ -1151,6 +1190,16 @@ def _constrained_minimiser(u, keys, kappa):
     kind="numeric",
     tolerance=1e-10,
     expect="fails",
+    printed=(
+        r"\operatorname*{arg\,min}_{\delta u \in T_u} \sum_j \kappa_j \|\delta u - (\hat u_j - "
+        r"u)\|^2 = \bar u - u"
+    ),
+    corrected=(
+        r"\operatorname*{arg\,min}_{\delta u \in T_u} \sum_j \kappa_j \|\delta u - (\hat u_j - "
+        r"u)\|^2 = P_T(u)\,\bar u = \bar u - (u^\top\bar u)\,u,\quad \bar u = "
+        r"\frac{\sum_j \kappa_j \hat u_j}{\sum_j \kappa_j}"
+    ),
+    correction="radial_tangential.corrected-tangent-step",
 )
 def _printed_tangent_step(quick: bool) -> Outcome:
     rng = np.random.default_rng(61)

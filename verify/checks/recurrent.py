@@ -285,6 +285,15 @@ def _corrected(quick: bool) -> Outcome:
     kind="numeric",
     tolerance=1e-6,
     expect="fails",
+    printed=(
+        r"\Lambda^C_P(\Delta t_{i,i-1}) = \frac{1}{\sigma^2\kappa + \eta^2\Phi_\alpha^2}\ "
+        r"\text{(new measurement)}"
+    ),
+    corrected=(
+        r"\Lambda^C_P(0) = \Lambda_R^{-1} = \frac{1}{\eta^2}\ "
+        r"\text{(the measurement is at lag 0)}"
+    ),
+    correction="recurrent.b2-corrected-is-kalman",
 )
 def _printed_measurement(quick: bool) -> Outcome:
     return _printed_error(quick, ("measurement-precision",))
@@ -298,6 +307,13 @@ def _printed_measurement(quick: bool) -> Outcome:
     kind="numeric",
     tolerance=1e-6,
     expect="fails",
+    printed=r"\Lambda_V^- = |\Lambda|^2\Lambda_V^+ + \Lambda_Q\quad(\text{Alg. 4: } +\sigma^2)",
+    corrected=(
+        r"\Lambda_V^- = |\Lambda|^2\Lambda_V^+ + \Lambda_Q\,\kappa\quad(\text{Alg. 4: } "
+        r"+\sigma^2\kappa),\quad \kappa = \frac{1 - "
+        r"e^{2\operatorname{Re}\lambda\,\Delta t}}{-2\operatorname{Re}\lambda}"
+    ),
+    correction="recurrent.b2-corrected-is-kalman",
 )
 def _printed_process(quick: bool) -> Outcome:
     return _printed_error(quick, ("process-noise",))
@@ -311,6 +327,9 @@ def _printed_process(quick: bool) -> Outcome:
     kind="numeric",
     tolerance=1e-6,
     expect="fails",
+    printed=r"z^{-(k+1)} = z^{+(k)}\ \text{(prior precision kept)}",
+    corrected=r"z^{-(k+1)} = z^-\ \text{(the prior is fixed; only the weight is recomputed)}",
+    correction="recurrent.b2-corrected-is-kalman",
 )
 def _printed_inner(quick: bool) -> Outcome:
     return _printed_error(quick, ("inner-iteration",))
@@ -324,6 +343,9 @@ def _printed_inner(quick: bool) -> Outcome:
     kind="numeric",
     tolerance=1e-6,
     expect="fails",
+    printed=r"p^{-(k+1)} = \tilde p^{+(k)}",
+    corrected=r"p^{-(k+1)} = p^-",
+    correction="recurrent.b2-corrected-is-kalman",
 )
 def _printed_accumulation(quick: bool) -> Outcome:
     return _printed_error(quick, ("precision-accumulation",))
@@ -371,6 +393,12 @@ def _alg4_toward(quick: bool) -> Outcome:
     kind="numeric",
     tolerance=0.0,
     expect="fails",
+    printed=r"w = -\log\bigl(1 + p^+|y|^2 + \epsilon\bigr)\ \text{multiplies } y",
+    corrected=(
+        r"e^{\tau_s w} = \bigl(1 + p^+|y|^2 + \epsilon\bigr)^{-\tau_s}\ \text{multiplies "
+        r"} y"
+    ),
+    correction="recurrent.alg4-step-toward-measurement",
 )
 def _alg4_log_weight(quick: bool) -> Outcome:
     return _alg4_step_along_innovation(True, quick)

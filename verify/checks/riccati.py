@@ -8,6 +8,7 @@ The corrected argument is ``beta (t + gamma/2) = beta t - artanh(alpha/beta)``.
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import numpy as np
@@ -42,6 +43,24 @@ def _printed_solution(alpha, k, t, beta, gamma):
     return (beta * sp.tanh(beta / 2 * (t - gamma)) + alpha) / k  # r/|c|^2 = 1/k
 
 
+def _corrected_solution(alpha, k, t, beta, gamma=None):
+    """The corrected form (`gamma` unused: the artanh form needs none)."""
+    return (alpha + beta * sp.tanh(beta * t - sp.atanh(alpha / beta))) / k
+
+
+def _shown(solution) -> str:
+    """LaTeX of ``v = solution`` for the report, with ``beta`` and ``gamma`` kept as symbols
+    (the checks substitute their definitions)."""
+    alpha, _, k, t, *_ = _mode_symbols()
+    beta, gamma = sp.symbols("beta gamma", positive=True)
+    v = sp.Eq(sp.Symbol("v"), solution(alpha, k, t, beta, gamma))
+    return (
+        rf"\begin{{gathered}}{sp.latex(v)}\\ "
+        r"k = \frac{|c|^2}{r},\ \beta = \sqrt{\alpha^2 + kq},\ "
+        r"\gamma = \frac{1}{\beta}\log\frac{\beta - \alpha}{\beta + \alpha}\end{gathered}"
+    )
+
+
 # --- symbolic ---------------------------------------------------------------------------------
 
 
@@ -53,6 +72,9 @@ def _printed_solution(alpha, k, t, beta, gamma):
     kind="symbolic",
     tolerance=0.0,
     expect="fails",
+    printed=functools.partial(_shown, _printed_solution),
+    corrected=functools.partial(_shown, _corrected_solution),
+    correction="riccati.corrected-tanh",
 )
 def _printed_tanh(quick: bool) -> Outcome:
     alpha, s, k, t, beta, gamma, q = _mode_symbols()
@@ -79,7 +101,7 @@ def _printed_tanh(quick: bool) -> Outcome:
 def _corrected_tanh(quick: bool) -> float:
     alpha, s, k, t, beta, gamma, q = _mode_symbols()
     seed_symbols = (alpha + beta * sp.tanh(beta * (t + gamma / 2))) / k
-    artanh_form = (alpha + beta * sp.tanh(beta * t - sp.atanh(alpha / beta))) / k
+    artanh_form = _corrected_solution(alpha, k, t, beta)
     # v(0) in the seed's symbols is (alpha + beta tanh(log(w)/2))/k, w = (beta - alpha)/(beta +
     # alpha); the lemma tanh(log(w)/2) = (w - 1)/(w + 1) (w > 0) turns it into a rational form.
     w_ = sp.symbols("w", positive=True)

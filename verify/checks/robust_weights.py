@@ -389,6 +389,12 @@ def _relative_weight_error(form, quick: bool) -> float:
     kind="numeric",
     tolerance=_QUAD_TOL,
     expect="fails",
+    printed=r"P^C_{ij} \leftarrow P^C_{ij}/w_{ij},\qquad w_{ij} = \frac{1}{1 + m_{ij}/\nu}",
+    corrected=(
+        r"P^C_{ij} \leftarrow w_{ij}\,P^C_{ij},\qquad \frac{w(m)}{w(m_0)} = "
+        r"\frac{\mathbb{E}[\tau\mid m]}{\mathbb{E}[\tau\mid m_0]}"
+    ),
+    correction="robust_weights.corrected-sec2.3-rescaling",
 )
 def _printed_rescaling(quick: bool) -> float:
     return _relative_weight_error(lambda m, nu: 1.0 / rw.rational_weight(m, nu), quick)

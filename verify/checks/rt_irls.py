@@ -303,6 +303,12 @@ def _additive_order(quick: bool) -> Outcome:
     kind="numeric",
     tolerance=ORDER_TOL,
     expect="fails",
+    printed=r"u^+ = \operatorname{slerp}(u, u^*, \alpha),\quad \alpha = r|\bar u|/m",
+    corrected=(
+        r"u^+ = \operatorname{Norm}(z + r\bar u) = \exp_u\bigl(r\,P_T(u)\,\bar u/m\bigr) "
+        r"+ O(\alpha^2)"
+    ),
+    correction="rt_irls.additive-step-order",
 )
 def _printed_slerp(quick: bool) -> Outcome:
     rng = np.random.default_rng(16)
@@ -328,6 +334,9 @@ def _printed_slerp(quick: bool) -> Outcome:
     kind="numeric",
     tolerance=ORDER_TOL,
     expect="fails",
+    printed=r"\theta = |\bar v|",
+    corrected=r"\theta = |\bar v|/m",
+    correction="rt_irls.additive-step-order",
 )
 def _seed000_theta(quick: bool) -> Outcome:
     return Outcome(max(abs(o - 3.0) for o in _orders("printed-theta", quick)), "max |order - 3|")

@@ -33,6 +33,8 @@ remark on heads).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import sympy as sp
 from scipy.linalg import expm
@@ -77,6 +79,16 @@ def _best_product_error(blocks: int, rng: np.random.Generator, starts: int) -> f
     kind="numeric",
     tolerance=1e-3,
     expect="fails",
+    printed=(
+        r"\forall\varepsilon\ \exists\,\alpha_l, \Omega_l, \Delta t:\ \Bigl\|e^{At_k} - "
+        r"\prod_{l=1}^{L} e^{S(\alpha_l I + i\Omega_l)S^{-1}\Delta t}\Bigr\| < \varepsilon"
+    ),
+    corrected=(
+        r"\prod_{l=1}^{k}\ \text{(one head per distinct } "
+        r"\operatorname{Re}\lambda\text{)};\quad A = \operatorname{diag}(-1,-2):\ "
+        r"\min\|e^{A} - \textstyle\prod\| \ge \tfrac{e^{-1}-e^{-2}}{2}"
+    ),
+    correction="rt_structure.corrected-proposition-1-heads",
 )
 def _printed_proposition(quick: bool) -> Outcome:
     rng = np.random.default_rng(62)
@@ -172,6 +184,29 @@ def _derived_rank_one(c2, kappa_f, decay, sigma_t2, sigma_r2, eta_t2, eta_r2):
     return a * c2 * sigma_t2 * kappa_f + b * eta_t2 * decay
 
 
+def _printed_rank_one_expr(c2, kappa_f, decay, sigma_t2, sigma_r2, eta_t2, eta_r2):
+    return c2 * (sigma_r2 - eta_t2) * kappa_f + (eta_r2 - eta_t2) * decay
+
+
+def _corrected_rank_one_expr(c2, kappa_f, decay, sigma_t2, sigma_r2, eta_t2, eta_r2):
+    return c2 * (sigma_r2 - sigma_t2) * kappa_f + (eta_r2 - eta_t2) * decay
+
+
+def _shown_rank_one(form) -> str:
+    """SymPy's LaTeX of a rank-1 coefficient, the symbols shown under the seed's names."""
+    symbols = _rank_one_symbols()
+    names = (
+        r"|\lambda_C|^2",
+        r"\kappa_F",
+        r"e^{-2\alpha\Delta t}",
+        r"\sigma_t^2",
+        r"\sigma_r^2",
+        r"\eta_t^2",
+        r"\eta_r^2",
+    )
+    return sp.latex(form(*symbols), symbol_names=dict(zip(symbols, names, strict=True)))
+
+
 @check(
     "rt_structure.printed-rank1-coefficient",
     title="seed error: printed B.6.1 rank-1 coefficient |lambda_C|^2 (sigma_r^2 - eta_t^2) "
@@ -180,10 +215,13 @@ def _derived_rank_one(c2, kappa_f, decay, sigma_t2, sigma_r2, eta_t2, eta_r2):
     kind="symbolic",
     tolerance=0.0,
     expect="fails",
+    printed=functools.partial(_shown_rank_one, _printed_rank_one_expr),
+    corrected=functools.partial(_shown_rank_one, _corrected_rank_one_expr),
+    correction="rt_structure.corrected-rank1-coefficient",
 )
 def _printed_rank_one(quick: bool) -> float:
     c2, kappa_f, decay, sigma_t2, sigma_r2, eta_t2, eta_r2 = _rank_one_symbols()
-    printed = c2 * (sigma_r2 - eta_t2) * kappa_f + (eta_r2 - eta_t2) * decay
+    printed = _printed_rank_one_expr(c2, kappa_f, decay, sigma_t2, sigma_r2, eta_t2, eta_r2)
     derived = _derived_rank_one(c2, kappa_f, decay, sigma_t2, sigma_r2, eta_t2, eta_r2)
     return symbolic_residual(printed - derived)
 
@@ -200,7 +238,7 @@ def _printed_rank_one(quick: bool) -> float:
 def _corrected_rank_one(quick: bool) -> float:
     c2, kappa_f, decay, sigma_t2, sigma_r2, eta_t2, eta_r2 = _rank_one_symbols()
     derived = _derived_rank_one(c2, kappa_f, decay, sigma_t2, sigma_r2, eta_t2, eta_r2)
-    corrected = c2 * (sigma_r2 - sigma_t2) * kappa_f + (eta_r2 - eta_t2) * decay
+    corrected = _corrected_rank_one_expr(c2, kappa_f, decay, sigma_t2, sigma_r2, eta_t2, eta_r2)
     # the RT-SDE's radial and tangential variances (seed 000 3.10 with kappa_F)
     radial = c2 * sigma_r2 * kappa_f + eta_r2 * decay
     tangential = c2 * sigma_t2 * kappa_f + eta_t2 * decay

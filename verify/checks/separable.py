@@ -246,6 +246,15 @@ def _tensor_vs_van_loan(quick: bool) -> Outcome:
     kind="numeric",
     tolerance=_TENSOR_TOL,
     expect="fails",
+    printed=(
+        r"P^C[k,i,j] = \frac{1}{\lambda_{C,k}^2\,\Lambda_{V,k}(\Delta t) + "
+        r"e^{-2\operatorname{Re}\lambda_k\Delta t}\,\Lambda_{R,k}}"
+    ),
+    corrected=(
+        r"P^C[k,i,j] = \frac{1}{|\lambda_{C,k}|^2\,\Lambda_{V,k}(\Delta t) + "
+        r"e^{-2\operatorname{Re}\lambda_k\Delta t}\,\Lambda_{R,k}}"
+    ),
+    correction="separable.corrected-tensor-vs-van-loan",
 )
 def _printed_lambda_c_squared(quick: bool) -> Outcome:
     # C = S diag(c) S^-1 is real with complex conjugate-pair gains c; then C V C^T contributes

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import sympy as sp
 from scipy.linalg import expm
@@ -132,6 +134,15 @@ def _sec37_forms():
     return (alpha, nu, c2, sigma2, eta2, y, x), correct, printed, printed_ab, corrected_ab
 
 
+def _shown_sec37(which: int) -> str:
+    """SymPy's LaTeX of ``nu V^C + |R|^2`` in the a + b E^2 - 2E x form: as printed (3) or
+    corrected (4); ``y = -dt_ij``."""
+    forms = _sec37_forms()
+    _, _, c2, sigma2, eta2, y, _ = forms[0]
+    names = {c2: "|c|^2", sigma2: r"\sigma^2", eta2: r"\eta^2", y: r"(-\Delta t_{ij})"}
+    return r"\nu V^C + |R|^2 = " + sp.latex(forms[which], symbol_names=names)
+
+
 @check(
     "unitary.printed-sec3.7-denominator",
     title="PRINTED 3.7: nu V^C + |R|^2 = nu|c|^2 s^2 (1-E^2)/(-2a) + eta^2 E^2 + ... = a + b E^2 - "
@@ -140,6 +151,9 @@ def _sec37_forms():
     kind="symbolic",
     tolerance=0.0,
     expect="fails",
+    printed=functools.partial(_shown_sec37, 3),
+    corrected=functools.partial(_shown_sec37, 4),
+    correction="unitary.corrected-sec3.7-denominator",
 )
 def _printed_sec37(quick: bool) -> Outcome:
     """``nu V^C`` multiplies the measurement term too: ``nu eta^2 E^2``.

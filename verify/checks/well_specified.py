@@ -125,6 +125,12 @@ def _afa_2d_a_mle_is_kalman(quick: bool) -> float:
     kind="statistical",
     tolerance=SIGMA_LEVEL,
     expect="fails",
+    printed=r"\text{AFA layer (true parameters)} = \text{batch MLE} = \text{Kalman}",
+    corrected=(
+        r"\text{batch MLE} = \text{Kalman};\ S^{-1}RS^{-H}\ \text{not circular} "
+        r"\Rightarrow \text{no real per-feature precision: AFA} \ne \text{Kalman}"
+    ),
+    correction="well_specified.afa-2d-a-mle-is-kalman",
 )
 def _afa_2d_a_afa_holds_it(quick: bool) -> Outcome:
     del quick
