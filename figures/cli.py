@@ -21,6 +21,7 @@ from pathlib import Path
 
 import figures
 from sde_sim.plumbing import OneLineParser, UsageError, atomic_write, check_folder, run_cli
+from verify.report_html import REPORT_NAME, report_link
 
 PROG = "python -m figures"
 SUBDIR = "figures"
@@ -112,12 +113,12 @@ def _computed_all(names: list[str], args):
     )
 
 
-VERIFY_REPORT = "../verify.html"  # `make reproduce` writes out/verify.html beside out/figures/
+VERIFY_REPORT = f"../{REPORT_NAME}"  # `make reproduce` writes out/verify.html beside out/figures/
 
 
 def check_link(check_id: str) -> str:
     """The link from the index page to one check's row in the verification report."""
-    return f"{VERIFY_REPORT}#check-{check_id}"
+    return report_link(check_id, VERIFY_REPORT)
 
 
 def _section(r: dict) -> list[str]:

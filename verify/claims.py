@@ -6,7 +6,7 @@ Sources: the "checkable claims" sections of the digests (``shared/digests/001_kl
 ``004_rfa.md`` section 3), for seed 000 (no digest) the parts listed in DESIGN.md section 7, and
 the claims issue 17 lists as unchecked. ``ref`` is the digest's item number where it has one
 (C1, P22, item 8), else the seed's section. A claim counts as registered when `checks` is not
-empty; `tests/verify/test_claims.py` asserts every id here is registered.
+empty; `tests/verify/test_report_html.py` asserts every id here is registered.
 """
 
 from __future__ import annotations
@@ -68,9 +68,8 @@ CLAIMS: tuple[Claim, ...] = (
        "drift.printed-afa-bias"),
     _c(0, "3.10", "delay and measurement bias cancel in the pulled-forward estimate",
        "drift.delay-cancellation", "drift.delay-cancels"),
-    _c(0, "4.1 Alg. 1", "Algorithm 1's printed decay sign and order",
-       reason="documented in docstrings; not registered as a printed-form check yet "
-       "(issue 17)"),
+    _c(0, "4.1 Alg. 1", "Algorithm 1's printed decay sign",
+       "algorithms.printed-alg1-decay", "algorithms.corrected-alg1-transition"),
     _c(0, "4.2", "experiments: trained AFA on the 2-D system approaches the Kalman filter",
        "mle_convergence.afa-2d-a", "mle_convergence.afa-2d-b", "mle_convergence.afa-2d-c",
        "mle_convergence.afa-2d-b-learned-dynamics"),
@@ -82,9 +81,11 @@ CLAIMS: tuple[Claim, ...] = (
        "radial_tangential.prop1-vs-dle-ode"),
     _c(0, "5.3", "RT-Kalman IRLS and its geodesic step",
        "rt_irls.loop-reference", "rt_irls.irls-stationarity", "rt_irls.seed000-geodesic-angle"),
-    _c(0, "5.4 Alg. 2", "Algorithm 2's printed deviations (non-lag-invariant keys, zeroed "
-       "tangential update)",
-       reason="documented in docstrings; not registered as printed-form checks yet (issue 17)"),
+    _c(0, "5.4 Alg. 2", "Algorithm 2's printed keys Phi^+ Z_k (scores not lag-invariant)",
+       "algorithms.printed-alg2-keys", "algorithms.corrected-alg2-keys"),
+    _c(0, "5.4 Alg. 2 split", "Algorithm 2's per-token radial/tangential split zeroes the "
+       "tangential update", reason="documented in kernels.ops.rt.afa; the printed split is not "
+       "implemented, so there is no printed form to run (the layer uses the query frame)"),
     _c(0, "5.5 Alg. 3", "Algorithm 3 (the AFA Transformer block)",
        reason="an architecture, not a closed form: tested as layers (tests/kernels)"),
     _c(0, "A.1", "propagation: the differential Lyapunov equation and its backward form",
@@ -144,8 +145,7 @@ CLAIMS: tuple[Claim, ...] = (
     _c(1, "C12", "steady-state precision (scalar DARE)", "kla.fixed-point",
        "kla.steady-state-vs-dare", "kla.steady-state-error-variance"),
     _c(1, "C13", "nonlinearity comes only from p_bar", "kla.mobius-determinant"),
-    _c(1, "C14", "equivalent attention matrix (App. E.4)",
-       reason="needs need_weights on the KLA layer (issue 17)"),
+    _c(1, "C14", "equivalent attention matrix (App. E.4)", "kla.c14-attention-matrix"),
     _c(1, "C15", "state-expanded (22)-(23) = N x D independent scalar filters",
        reason="a test only (tests/kernels/test_kla_layer.py::"
        "test_state_expanded_layout_matches_per_channel_filters), not registered"),
@@ -160,8 +160,8 @@ CLAIMS: tuple[Claim, ...] = (
        "test_step_loop_equals_parallel_scan), not registered"),
     _c(1, "C20", "CUDA kernel ~350x faster than the recurrent form",
        reason="a GPU timing, not a check (benchmarks)"),
-    _c(1, "Table 3", "Table 3's KLA row (moment vs information form)",
-       reason=_NOT_YET + " (issue 17)"),
+    _c(1, "Table 3", "Table 3's KLA row (objective and update)", "kla.table3-row-per-slot",
+       "kla.printed-table3-matrix-objective"),
     # ---- seed 002 (OsciFormer): digest section 3.2 and issue 17 ----------------------------
     _c(2, "item 1", "eigenvalues -gamma +- sqrt(gamma^2 - omega^2)",
        "oscillator.propagator-unified"),
@@ -187,16 +187,16 @@ CLAIMS: tuple[Claim, ...] = (
        "oscillator.steady-state-vs-linear-solve"),
     _c(2, "item 12", "query rotation (50)/(51), steady rotation (69)", reason=_NOT_YET),
     _c(2, "item 13", "C_gamma, S_gamma (52)-(53) and their limits",
-       reason="checked only through the layer's complex form (tests); the printed kernels "
-       "against quadrature are not registered yet (issue 17)"),
-    _c(2, "item 14", "I_cc, I_ss, I_sc, I_cs (54)-(57)", reason="as item 13 (issue 17)"),
-    _c(2, "item 15", "undamped (58)-(61) and the a = b limits", reason="as item 13 (issue 17)"),
+       "oscillator.kernels-52-53-proved", "oscillator.kernels-52-61-vs-quadrature"),
+    _c(2, "item 14", "I_cc, I_ss, I_sc, I_cs (54)-(57)", "oscillator.kernels-52-61-vs-quadrature"),
+    _c(2, "item 15", "undamped (58)-(61) and the a = b limits", "oscillator.kernels-52-53-proved",
+       "oscillator.kernels-52-61-vs-quadrature"),
     _c(2, "item 16", "transient E_i, F_i (66)-(67); (70) solves the ODE",
        "oscillator.transient-underdamped-critical", "oscillator.anchored-response-vs-ode"),
     _c(2, "item 17", "full logit (71)-(75)", "oscillator.anchored-response-vs-ode"),
     _c(2, "item 18", "critical transient E, F", "oscillator.transient-underdamped-critical"),
     _c(2, "item 18 (76)", "(76): the critical case's s-integrals = -d/dgamma C_gamma",
-       reason=_NOT_YET + " (issue 17)"),
+       "oscillator.kernels-52-61-vs-quadrature"),
     _c(2, "item 19", "overdamped U, V; (77), printed wrong", "oscillator.printed-od-transient",
        "oscillator.corrected-od-transient"),
     _c(2, "item 20", "Fejer kernel identity, Lemma 1 (1)-(3)",
@@ -206,7 +206,7 @@ CLAIMS: tuple[Claim, ...] = (
     _c(2, "item 23", "Lemma 4 (exact realisability by the undamped bank)", reason=_NOT_YET),
     _c(2, "item 24", "Theorem 1's bounds", reason=_NOT_YET),
     _c(2, "item 25", "Lemma 5 / Cor. 1 (perturbation bound)",
-       "osciformer_theory.lemma5-perturbation"),
+       "osciformer_theory.lemma5-perturbation", "osciformer_theory.cor1-damped-bank"),
     _c(2, "item 26", "Lemma 6 (softmax from l-infinity to l-1)",
        "osciformer_theory.lemma6-softmax-bound", "osciformer_theory.lemma6-jacobian"),
     _c(2, "item 27", "section 5 complexity", reason="arithmetic on costs, not a check"),
@@ -226,14 +226,15 @@ CLAIMS: tuple[Claim, ...] = (
        "radial_tangential.magnitude-m2-monte-carlo"),
     _c(3, "C6", "sigma_r = 0 gives a deterministic m^2", "radial_tangential.c6-deterministic-m2"),
     _c(3, "C7", "validity regime m >> sigma_t sqrt((d-1)/mu_r), both sides by Monte Carlo",
-       reason=_NOT_YET + " (issue 17)"),
+       "radial_tangential.c7-validity-regime"),
     _c(3, "C8", "norm preservation |e^{Lambda_Omega tau} u| = 1",
        reason="not registered as its own check (the rotation enters the transports that "
        "radial_tangential.* check)"),
     _c(3, "C9", "J_pi(m u) = P_T(u)/m", "radial_tangential.direction-ito-drift"),
     _c(3, "C10", "eq. 4: Cov(u_z) ~ (eta_t^2/m^2) P_T", "radial_tangential.direction-second-order",
        "radial_tangential.direction-monte-carlo"),
-    _c(3, "C11", "Sigma_theta,ij in full", reason=_NOT_YET + " (issue 17)"),
+    _c(3, "C11", "Sigma_theta,ij in full", "radial_tangential.printed-c11-angular-var",
+       "radial_tangential.corrected-c11-angular-var"),
     _c(3, "C12", "eq. 7 solves the frozen-frame DLE exactly", "radial_tangential.frozen-frame-dle",
        "radial_tangential.prop1-vs-dle-ode"),
     _c(3, "C13", "the transported measurement term", "radial_tangential.prop1-vs-dle-ode",
@@ -268,7 +269,8 @@ CLAIMS: tuple[Claim, ...] = (
     _c(3, "C31", "oracle equivalence: Alg. 1 with the true parameters = eq. 13",
        reason="tested as a layer against its reference loop (tests/kernels/test_rt_rfa.py), "
        "not registered"),
-    _c(3, "D.2", "norm vs directional-stability prediction", reason=_NOT_YET + " (issue 17)"),
+    _c(3, "D.2", "norm vs directional-stability prediction",
+       reason=_EMPIRICAL + "; the seed states it without testing it (trained Pre-Norm models)"),
     _c(3, "B.4", "Proposition 1's state transition (printed with end-time projectors)",
        "radial_tangential.printed-prop1-transition", "radial_tangential.corrected-prop1-transition",
        "radial_tangential.transition-vs-ode", "radial_tangential.printed-transition-vs-ode"),
@@ -308,20 +310,25 @@ CLAIMS: tuple[Claim, ...] = (
        "not registered"),
     _c(4, "P21", "D.1 complex <-> real isomorphism", reason="tested in tests/kernels, not "
        "registered"),
-    _c(4, "P22", "B.2.3 fp32 overflow of the per-feature factors", reason=_NOT_YET + " (issue 17)"),
+    _c(4, "P22", "B.2.3 fp32 overflow of the per-feature factors",
+       "rfa_extensions.p22-fp32-overflow"),
     _c(4, "P23", "C.2 drift (printed without Lambda_C)", "drift.printed-rfa-c2-middle",
        "drift.corrected-rfa-c2"),
     _c(4, "P24", "C.7 coloured-noise lambda_V", "dle.coloured-noise-prior"),
-    _c(4, "P25", "C.6 horizon E(dt + dt+) = zeta E", reason=_NOT_YET + " (issue 17)"),
+    _c(4, "P25", "C.6 horizon E(dt + dt+) = zeta E", "rfa_extensions.c6-horizon-shift"),
     _c(4, "P26", "backward covariance V_B (A.1.1)", "dle.backward-is-forward-of-minus-a",
        "dle.sign-form"),
     _c(4, "P27", "sigma^2 = 0: eq. (4) = the diffuse Kalman filter", "kalman.diffuse-prior-limit",
        "mle.diffuse-kalman"),
     _c(4, "P28", "the IRLS of C.3 converges to an M-estimating fixed point",
        "irls.normal-equations"),
-    _c(4, "P29", "SC coupling mu_h = b max omega_h", reason="a parameterisation choice, trivial"),
-    _c(4, "C.4", "the confidence gate", reason=_NOT_YET + " (issue 17)"),
-    _c(4, "C.5", "stochastic latent sampling", reason=_NOT_YET + " (issue 17)"),
+    _c(4, "P29", "SC coupling mu_h = b max omega_h: equal cycles per head; 'b ~ 1' balance",
+       "rfa_extensions.sc-equal-cycles", "rfa_extensions.printed-sc-balanced-b1",
+       "rfa_extensions.corrected-sc-balanced"),
+    _c(4, "C.4", "the confidence gate", reason="a definition, not a derived identity: C.4 calls "
+       "sum_j A_ij an observed Fisher information without a derivation, and the gate is not "
+       "in the layer (the paper does not say whether M1/M2 used it)"),
+    _c(4, "C.5", "stochastic latent sampling", "rfa_extensions.c5-circular-sampling"),
     _c(4, "D.2", "initialisation: sigma proportional to mu keeps sigma~ constant (erratum)",
        "measurement.printed-rfa-sigma-prop-mu", "measurement.corrected-rfa-sigma2-prop-mu"),
     _c(4, "MC", "a statistical check of the propagated covariances naming seed 004 first",

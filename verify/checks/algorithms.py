@@ -52,6 +52,10 @@ def _draws(rng, count: int):
     kind="numeric",
     tolerance=1e-12,
     expect="fails",
+    printed=r"e^{\alpha \Delta t} e^{\lambda_\Omega \Delta t} \bar Z_v, \quad "
+    r"\mathrm{Re}\,\lambda = -\alpha^2",
+    corrected=r"e^{-\alpha^2 \Delta t} e^{i \omega \Delta t} \bar Z",
+    correction="algorithms.corrected-alg1-transition",
 )
 def _printed_alg1(quick: bool) -> Outcome:
     rng = np.random.default_rng(101)
@@ -125,6 +129,9 @@ def _shift_change(printed: bool, rng, shift: float) -> float:
     kind="numeric",
     tolerance=1e-12,
     expect="fails",
+    printed=r"\tilde Z_k = \Phi^{+} \cdot Z_k",
+    corrected=r"\tilde Z_k = \Phi^{-} \cdot Z_k",
+    correction="algorithms.corrected-alg2-keys",
 )
 def _printed_alg2(quick: bool) -> Outcome:
     rng = np.random.default_rng(103)

@@ -729,6 +729,11 @@ def _table3_per_slot(quick: bool) -> float:
     kind="numeric",
     tolerance=1e-8,
     expect="fails",
+    printed=r"\Lambda^{\mathrm{prior}}_t \lVert S - \bar A S_{t-1} \rVert_F^2 + \Lambda^v_t \lVert "
+    r"S^\top k_t - v_t \rVert^2",
+    corrected=r"\sum_{ij} \Lambda^{\mathrm{prior}}_{ij} (S_{ij} - \bar a_{ij} S_{t-1,ij})^2 + "
+    r"\Lambda^v_{ij} (k_i S_{ij} - v_j)^2",
+    correction="kla.table3-row-per-slot",
 )
 def _printed_table3(quick: bool) -> Outcome:
     # With one scalar Lp, Lv the matrix objective's normal equations couple the rows through

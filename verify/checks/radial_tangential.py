@@ -1419,6 +1419,11 @@ def _c11_scores(quick: bool, form: int) -> np.ndarray:
     kind="statistical",
     tolerance=SIGMA_LEVEL,
     expect="fails",
+    printed=r"\Sigma_{\theta,ij} = \frac{\sigma_{\Sigma t,i}^2}{m_i^2} + "
+    r"\frac{\sigma_t^2 \phi(\mu_t, \Delta t) + e^{-2\mu_t \Delta t}\eta_t^2}{\hat m_{ij}^2}",
+    corrected=r"\Sigma_{\theta,ij} = \frac{\eta_t^2}{m_i^2} + "
+    r"\frac{\sigma_t^2 \phi(\mu_t, \Delta t)}{\hat m_{ij}^2} + \frac{\eta_t^2}{m_j^2}",
+    correction="radial_tangential.corrected-c11-angular-var",
 )
 def _printed_c11(quick: bool) -> Outcome:
     z = _c11_scores(quick, 1)

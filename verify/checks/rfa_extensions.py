@@ -212,6 +212,9 @@ def _balance_gap(b):
     kind="symbolic",
     tolerance=0.0,
     expect="fails",
+    printed=r"b \approx 1 \;\Rightarrow\; \frac{1}{\mu_h} = \frac{2\pi}{\omega_{h,\max}}",
+    corrected=r"\frac{1}{\mu_h} = \frac{2\pi}{\omega_{h,\max}} \iff b = \frac{1}{2\pi}",
+    correction="rfa_extensions.corrected-sc-balanced",
 )
 def _printed_sc_balance(quick: bool) -> float:
     return symbolic_residual(_balance_gap(sp.Integer(1)))
