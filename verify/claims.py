@@ -110,7 +110,7 @@ CLAIMS: tuple[Claim, ...] = (
        "generative.prediction-covariance", "generative.printed-eigenbasis-map",
        "generative.corrected-eigenbasis-map"),
     _c(0, "B.3.1 RTS", "RTS backward sampling: draws match the smoother's marginals and "
-       "lag-one cross-covariances", reason=_NOT_YET + " (issue 17)"),
+       "lag-one cross-covariances", "generative.rts-backward-sampling"),
     _c(0, "B.4", "MPC closed forms", "mpc.modal-vs-gramian", "mpc.stationarity",
        "mpc.vs-direct-least-squares"),
     _c(0, "B.5", "2-D (image) extension's covariance", "image_2d.printed-direction-pairing",
