@@ -70,6 +70,9 @@ CLAIMS: tuple[Claim, ...] = (
        "drift.delay-cancellation", "drift.delay-cancels"),
     _c(0, "4.1 Alg. 1", "Algorithm 1's printed decay sign",
        "algorithms.printed-alg1-decay", "algorithms.corrected-alg1-transition"),
+    _c(0, "4.1 Alg. 1 order", "Algorithm 1 predicts from the estimate before the residual "
+       "connection", reason="an order of operations, not a formula: as printed the residual "
+       "output is never used; the layer predicts from the gated estimate (kernels.layers.afa)"),
     _c(0, "4.2", "experiments: trained AFA on the 2-D system approaches the Kalman filter",
        "mle_convergence.afa-2d-a", "mle_convergence.afa-2d-b", "mle_convergence.afa-2d-c",
        "mle_convergence.afa-2d-b-learned-dynamics"),
