@@ -17,6 +17,7 @@ from estimators.scan import kla_filter
 from kernels.functional import kla_attention_matrix as functional_matrix
 from kernels.layers.kla import KalmanLinearAttention
 from kernels.ops.kla import kla_attention_matrix, naive_kla, ou_prior
+from tests.kernels.test_kla_layer import _problem as layer_problem
 
 F64 = torch.float64
 # Each weight is a product of <= T gates and one coefficient, each within a few ulp of exact
@@ -27,14 +28,8 @@ TOL = 1e-11
 
 
 def _problem(seed, B=2, T=37, D=5, *, zero_p=False, missing=0.2):
-    rng = np.random.default_rng(seed)
-    k = rng.uniform(-1.5, 1.5, (B, T, D))
-    lam_v = np.exp(rng.uniform(-2.0, 1.5, (B, T, D)))
-    lam_v[rng.random((B, T, D)) < missing] = 0.0  # missing tokens: pure prediction steps
-    v = rng.standard_normal((B, T, D))
-    q = rng.standard_normal((B, T, D))
-    a = rng.uniform(0.1, 2.0, D)
-    p = np.zeros(D) if zero_p else rng.uniform(0.1, 2.0, D)
+    """`tests.kernels.test_kla_layer`'s random problem with its OU prior discretised (dt 0.3)."""
+    k, lam_v, v, q, a, p = layer_problem(seed, B, T, D, zero_p=zero_p, missing=missing)
     a_bar, p_bar = ou_prior(torch.tensor(a), torch.tensor(p), 0.3)
     return k, lam_v, v, q, a_bar.numpy(), p_bar.numpy()
 
