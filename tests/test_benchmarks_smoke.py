@@ -30,6 +30,7 @@ from tests.conftest import REPO_ROOT
         ),
         (["benchmarks/bench_attention.py", "--probe-memory", "isotropic AFA", "32"], "peak_mib"),
         (["benchmarks/bench_distributed.py", "--quick"], "same bits from 1 and 2 workers: True"),
+        (["benchmarks/bench_sweep.py", "--quick"], "tables bit-identical: yes"),
     ],
 )
 def test_benchmark_script_runs(argv, expected):
