@@ -35,6 +35,7 @@ from estimators.linear_gaussian import GaussianPrior, sym, transpose
 from sde_sim import LinearMeasurement, LinearSDE
 
 LOG_2PI = float(np.log(2.0 * np.pi))
+_SMALL_PATH = 4
 
 
 class FilterResult(NamedTuple):
@@ -218,7 +219,7 @@ def kalman_filter(
         g = _shared_covariances(measurement, batch, Phi[0], Qd[0], prior_cov)
         means, loglik = _shared_means(measurement, batch, Phi[0], offset[0], g, prior_mean)
         covs = g.covs[None]
-    elif Phi.shape[0] == 1 and max(sde.dim, measurement.out_dim) <= stacked.SMALL:
+    elif Phi.shape[0] == 1 and max(sde.dim, measurement.out_dim) <= _SMALL_PATH:
         means, loglik, covs = _grouped_filter_small(
             measurement, batch, Phi[0], offset[0], Qd[0], prior_mean, prior_cov
         )
