@@ -10,7 +10,11 @@ Batching: ``z`` is (B, T, k). The covariance recursion does not depend on the da
 model, the time grid and which measurements are missing; sequences that share those share
 their covariances, which are computed once per distinct (times, mask) pattern (a "group"),
 while the means are updated for all sequences at once. Results therefore hold covariances per
-group, (G, T, d, d), with ``group`` (B,) mapping sequences to rows.
+group, (G, T, d, d), with ``group`` (B,) mapping sequences to rows (groups are numbered in the
+order of their first sequence). They hold the filtered moments only: the one-step predictions
+are recomputed from them on access (`FilterResult.pred_means`, `FilterResult.pred_covs`,
+`predicted_means`, `predicted_covs`), which halves the memory when every sequence has its own
+mask (G = B).
 
 Prior: ``x(t_0) ~ N(mean, cov)`` at the first (delayed) measurement time, or a *diffuse* prior
 (``cov=None``): then the first observed measurement determines the state alone, which needs
@@ -19,7 +23,9 @@ log-likelihood (the usual diffuse log-likelihood).
 
 The predict/update pair, the diffuse start, the step classes and `GaussianPrior` are
 `estimators.linear_gaussian`'s (shared with `estimators.recurrent` and `estimators.fit`); this
-module owns the batching into covariance groups, the two filter paths and the smoother.
+module owns the batching into covariance groups, the filter paths (one group; groups of
+small matrices on one time grid, stored group-last; any groups) and the smoother. The stacks
+of small matrices go through `estimators.stacked`.
 `GaussianPrior` is public here, as ``estimators.kalman.GaussianPrior``.
 """
 
@@ -193,7 +199,11 @@ def kalman_filter(
     When all sequences share the time grid and the missing pattern, the covariances and gains
     (which do not depend on the data) are computed once, stopping at the steady state, and
     each step of the means is two matrix products on (B, .) arrays. Otherwise covariances are
-    kept per group of sequences that share both, and each step updates all groups at once.
+    kept per group of sequences that share both, and each step predicts all groups at once and
+    updates the observed ones at once (`linear_gaussian.update_stack`: one Cholesky factor
+    ``L`` per group, ``W = L^-1 C P``, ``P = P- - W^T W``; each sequence's mean then moves by
+    ``W^T L^-1 e``). For d, k <= 4 on one time grid the groups sit on the last axis and every
+    group is updated, a missing one with zero gain (`_grouped_filter_small`).
 
     Parameters
     ----------
@@ -206,8 +216,8 @@ def kalman_filter(
 
     Returns
     -------
-    FilterResult; with (T, k) input the batch axis of ``means``, ``pred_means``,
-    ``log_likelihood`` and ``times`` is dropped.
+    FilterResult; with (T, k) input the batch axis of ``means``, ``log_likelihood`` and
+    ``times`` (and of the recomputed ``pred_means``) is dropped.
     """
     batch = _grouped_batch(sde, measurement, z, t, mask)
     prior_mean, prior_cov, prior_time = lg.prior_moments(prior, sde.dim)
