@@ -66,6 +66,7 @@ Run::
     python benchmarks/bench_kalman.py              # the full workload (6-7 min on 2 cores)
     python benchmarks/bench_kalman.py --quick      # smoke run: 32 sequences x 100 steps
     python benchmarks/bench_kalman.py --skip-peers # ours only
+    python benchmarks/bench_kalman.py --missing-only --repeats 5  # the missing variant only
 
 The peers are in the optional extra ``bench``: ``pip install -c constraints.txt -e .[bench]``.
 """
@@ -556,6 +557,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="missing probability (default 0.2; 0: no variant)",
     )
     parser.add_argument(
+        "--missing-only",
+        action="store_true",
+        help="time only the missing variant (skip the all-observed workloads)",
+    )
+    parser.add_argument(
         "--mem-budget-gb", type=float, default=6.0, help="memory for one call of ours (default 6)"
     )
     parser.add_argument("--quick", action="store_true", help="tiny smoke run, 1 repeat")
@@ -590,6 +596,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error(f"--dims must be even and >= 2, got {args.dims}")
     if not 0 <= args.missing < 1:
         parser.error(f"--missing must be in [0, 1), got {args.missing}")
+    if args.missing_only and args.missing == 0:
+        parser.error("--missing-only needs --missing > 0")
     return args
 
 
@@ -611,7 +619,8 @@ def main(argv=None) -> int:
 
     workloads = []
     for d in args.dims:
-        workloads.append(make_workload(d, args.sequences, args.steps, 0.0, seed=d))
+        if not args.missing_only:
+            workloads.append(make_workload(d, args.sequences, args.steps, 0.0, seed=d))
         if args.missing > 0:
             n, note = missing_sequences(args, d)
             w = make_workload(d, n, args.steps, args.missing, seed=1000 + d)

@@ -40,18 +40,20 @@ class Batch(NamedTuple):
     squeeze: bool
 
 
-def batch(z, t, mask, k: int, *, delay: float = 0.0) -> Batch:
+def batch(z, t, mask, k: int, *, delay: float = 0.0, zero_fill: bool = True) -> Batch:
     """Check ``z`` (B, T, k) or (T, k), ``mask`` and ``t`` (T,) or (B, T); prepare them.
 
     The state times are ``t + delay`` (`state_times`); ``delay = 0`` gives the measurement
-    times themselves.
+    times themselves. ``zero_fill=False`` keeps ``z`` as given (no copy; NaN may remain at
+    missing entries), for an estimator that never reads a missing measurement.
     """
     data = measurements(z, mask, k)
     B, T, _ = data.z.shape
     t = times(t, B, T)
     shared = t.strides[0] == 0
     state = np.ascontiguousarray(state_times(t, delay))
-    return Batch(data.zero_filled(), data.observed, state, shared, data.squeeze)
+    z = data.zero_filled() if zero_fill else data.z
+    return Batch(z, data.observed, state, shared, data.squeeze)
 
 
 class Measurements(NamedTuple):
@@ -177,6 +179,8 @@ MAX_MAGNITUDE = 1e150
 
 def bounded(name: str, arr: np.ndarray, *, observed: np.ndarray | None = None) -> None:
     """Refuse finite entries of `arr` beyond `MAX_MAGNITUDE` (where `observed`, if given)."""
+    if np.fmax.reduce(np.abs(arr), axis=None, initial=0.0) <= MAX_MAGNITUDE:
+        return  # no entry at all beyond the bound (NaN ignored): nothing to select
     values = np.abs(arr if observed is None else arr[observed])
     worst = float(np.max(values[np.isfinite(values)], initial=0.0))
     if worst > MAX_MAGNITUDE:
@@ -244,6 +248,16 @@ class ScaleError(ValueError):
         self.function = function
 
 
+def _all_finite(arr: np.ndarray, chunk: int = 1 << 20) -> bool:
+    """``np.all(np.isfinite(arr))`` in slices of about `chunk` entries along the first axis, so
+    that a large result (the covariances of every step) needs no full-size boolean copy."""
+    arr = np.asarray(arr)
+    if arr.ndim == 0 or arr.size <= chunk:
+        return bool(np.all(np.isfinite(arr)))
+    rows = max(1, chunk // max(1, arr[0].size))
+    return all(np.all(np.isfinite(arr[i : i + rows])) for i in range(0, arr.shape[0], rows))
+
+
 def finite_outputs(function: str, outputs: dict, **inputs) -> None:
     """Raise `ValueError` when an output that must be finite is not (see `guard`).
 
@@ -251,7 +265,7 @@ def finite_outputs(function: str, outputs: dict, **inputs) -> None:
     design); `inputs` are the arguments by name (``sde``, ``measurement`` and ``prior`` are
     split into ``A, Q, u``, ``C, R, b, delay`` and ``prior.mean, prior.cov``).
     """
-    bad = [name for name, arr in outputs.items() if not np.all(np.isfinite(arr))]
+    bad = [name for name, arr in outputs.items() if not _all_finite(arr)]
     if bad:
         raise ScaleError(
             f"{function}: {', '.join(bad)} came out NaN or infinite from finite input: the "
@@ -359,11 +373,14 @@ def _bound(signature, args, kwargs) -> dict:
         return {}
 
 
-_FILTER_FIELDS = ("means", "covs", "pred_means", "pred_covs", "group", "transition")
+_FILTER_FIELDS = ("means", "covs", "group", "transition", "noise", "offset")
 
 
 def filter_result(name: str, value) -> None:
-    """Check that `value` is a `kalman_filter` result (the smoother's input), naming `name`."""
+    """Check that `value` is a `kalman_filter` result (the smoother's input), naming `name`.
+
+    Only stored fields are read (the predictions are computed on access).
+    """
     missing = [f for f in _FILTER_FIELDS if not isinstance(getattr(value, f, None), np.ndarray)]
     if missing:
         raise TypeError(
@@ -371,13 +388,14 @@ def filter_result(name: str, value) -> None:
             f"{type(value).__name__} (without {', '.join(missing)})"
         )
     means, covs = value.means, value.covs
-    if means.ndim not in (2, 3) or value.pred_means.shape != means.shape:
-        raise ValueError(
-            f"{name}.means and .pred_means must have equal shapes (B, T, d) or (T, d), got "
-            f"{means.shape} and {value.pred_means.shape}"
-        )
+    if means.ndim not in (2, 3):
+        raise ValueError(f"{name}.means must have shape (B, T, d) or (T, d), got {means.shape}")
     T, d = means.shape[-2:]
-    for field in ("covs", "pred_covs", "transition"):
+    for field in ("covs", "transition", "noise"):
         arr = getattr(value, field)
         if arr.ndim != 4 or arr.shape[1:] != (T, d, d) or arr.shape[0] != covs.shape[0]:
             raise ValueError(f"{name}.{field} must have shape (G, {T}, {d}, {d}), got {arr.shape}")
+    if value.offset.shape != (covs.shape[0], T, d):
+        raise ValueError(
+            f"{name}.offset must have shape ({covs.shape[0]}, {T}, {d}), got {value.offset.shape}"
+        )

@@ -10,7 +10,11 @@ Batching: ``z`` is (B, T, k). The covariance recursion does not depend on the da
 model, the time grid and which measurements are missing; sequences that share those share
 their covariances, which are computed once per distinct (times, mask) pattern (a "group"),
 while the means are updated for all sequences at once. Results therefore hold covariances per
-group, (G, T, d, d), with ``group`` (B,) mapping sequences to rows.
+group, (G, T, d, d), with ``group`` (B,) mapping sequences to rows (groups are numbered in the
+order of their first sequence). They hold the filtered moments only: the one-step predictions
+are recomputed from them on access (`FilterResult.pred_means`, `FilterResult.pred_covs`,
+`predicted_means`, `predicted_covs`), which halves the memory when every sequence has its own
+mask (G = B).
 
 Prior: ``x(t_0) ~ N(mean, cov)`` at the first (delayed) measurement time, or a *diffuse* prior
 (``cov=None``): then the first observed measurement determines the state alone, which needs
@@ -19,7 +23,9 @@ log-likelihood (the usual diffuse log-likelihood).
 
 The predict/update pair, the diffuse start, the step classes and `GaussianPrior` are
 `estimators.linear_gaussian`'s (shared with `estimators.recurrent` and `estimators.fit`); this
-module owns the batching into covariance groups, the two filter paths and the smoother.
+module owns the batching into covariance groups, the filter paths (one group; groups of
+small matrices on one time grid, stored group-last; any groups) and the smoother. The stacks
+of small matrices go through `estimators.stacked`.
 `GaussianPrior` is public here, as ``estimators.kalman.GaussianPrior``.
 """
 
@@ -29,33 +35,55 @@ from typing import NamedTuple
 
 import numpy as np
 
-from estimators import batch_input
+from estimators import batch_input, stacked
 from estimators import linear_gaussian as lg
 from estimators.linear_gaussian import GaussianPrior, sym, transpose
 from sde_sim import LinearMeasurement, LinearSDE
 
 LOG_2PI = float(np.log(2.0 * np.pi))
+_SMALL_PATH = 4
 
 
 class FilterResult(NamedTuple):
     """Output of `kalman_filter` (time on axis 1 for batched arrays).
 
     means, covs : filtered ``E[x_k | z_0..k]`` (B, T, d) and ``Cov`` (G, T, d, d).
-    pred_means, pred_covs : one-step predictions ``E[x_k | z_0..k-1]`` (B, T, d), (G, T, d, d).
     log_likelihood : sum of the innovations' log-densities, (B,).
     group : (B,) row of each sequence in the covariance arrays.
     times : (B, T) the state times (measurement times plus the delay).
     transition : (G, T, d, d) ``e^{A h_k}`` from step k-1 to k (identity at k = 0).
+    noise, offset : (G, T, d, d) ``Q_d(h_k)`` and (G, T, d) ``int_0^h e^{As} ds u`` of the
+        same steps (zero at k = 0 unless the prior was given at an earlier time).
+    prior_mean, prior_cov : the proper prior at ``prior.time`` ((d,), (d, d)); None if diffuse.
+
+    The one-step predictions are not stored (with per-sequence masks they would double the
+    memory): `pred_means` and `pred_covs` compute them on access from the fields above, with
+    the filter's own predict step (``m- = F m + c``, ``P- = F P F^T + Q_d``), so they equal the
+    predictions the filter used. Each access is one pass over the data; keep the array rather
+    than reading the property inside a loop.
     """
 
     means: np.ndarray
     covs: np.ndarray
-    pred_means: np.ndarray
-    pred_covs: np.ndarray
     log_likelihood: np.ndarray
     group: np.ndarray
     times: np.ndarray
     transition: np.ndarray
+    noise: np.ndarray
+    offset: np.ndarray
+    prior_mean: np.ndarray | None
+    prior_cov: np.ndarray | None
+
+    @property
+    def pred_means(self) -> np.ndarray:
+        """One-step predictions ``E[x_k | z_0..k-1]`` (B, T, d) (or (T, d)); NaN at a diffuse
+        start."""
+        return predicted_means(self)
+
+    @property
+    def pred_covs(self) -> np.ndarray:
+        """Their covariances (G, T, d, d); NaN at a diffuse start."""
+        return predicted_covs(self)
 
 
 class SmootherResult(NamedTuple):
@@ -72,7 +100,7 @@ class SmootherResult(NamedTuple):
 
 
 class _GroupedBatch(NamedTuple):
-    z: np.ndarray  # (B, T, k), zeros where missing
+    z: np.ndarray  # (B, T, k), as given: entries of missing measurements are never read
     observed: np.ndarray  # (B, T) bool
     times: np.ndarray  # (B, T) state times
     group: np.ndarray  # (B,) covariance group of each sequence
@@ -83,17 +111,25 @@ class _GroupedBatch(NamedTuple):
 
 
 def _unique_rows(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(first index, inverse) of the distinct rows of a 2-D float array."""
+    """(first index, inverse) of the distinct rows of a 2-D float array, the distinct rows
+    numbered in the order of their first occurrence (so distinct rows keep the input order)."""
     key = np.ascontiguousarray(key)
     rows = key.view(np.dtype((np.void, key.dtype.itemsize * key.shape[1]))).ravel()
     _, first, inverse = np.unique(rows, return_index=True, return_inverse=True)
-    return first, inverse.ravel()
+    by_first = np.argsort(first)
+    rank = np.empty_like(by_first)
+    rank[by_first] = np.arange(by_first.size)
+    return first[by_first], rank[inverse.ravel()]
 
 
 def _grouped_batch(sde, measurement, z, t, mask) -> _GroupedBatch:
     """The prepared batch (`batch_input.batch`) and its covariance groups."""
     lg.check_model(sde, measurement)
-    data = batch_input.batch(z, t, mask, measurement.out_dim, delay=measurement.delay)
+    # Missing measurements are never read (the grouped path gathers observed rows, the
+    # shared one skips missing steps), so z is not copied into a zero-filled array.
+    data = batch_input.batch(
+        z, t, mask, measurement.out_dim, delay=measurement.delay, zero_fill=False
+    )
     observed, times = data.observed, data.times
     B = observed.shape[0]
     # Groups share covariances: same time grid and same missing pattern.
@@ -163,7 +199,11 @@ def kalman_filter(
     When all sequences share the time grid and the missing pattern, the covariances and gains
     (which do not depend on the data) are computed once, stopping at the steady state, and
     each step of the means is two matrix products on (B, .) arrays. Otherwise covariances are
-    kept per group of sequences that share both, and each step updates all groups at once.
+    kept per group of sequences that share both, and each step predicts all groups at once and
+    updates the observed ones at once (`linear_gaussian.update_stack`: one Cholesky factor
+    ``L`` per group, ``W = L^-1 C P``, ``P = P- - W^T W``; each sequence's mean then moves by
+    ``W^T L^-1 e``). For d, k <= 4 on one time grid the groups sit on the last axis and every
+    group is updated, a missing one with zero gain (`_grouped_filter_small`).
 
     Parameters
     ----------
@@ -176,8 +216,8 @@ def kalman_filter(
 
     Returns
     -------
-    FilterResult; with (T, k) input the batch axis of ``means``, ``pred_means``,
-    ``log_likelihood`` and ``times`` is dropped.
+    FilterResult; with (T, k) input the batch axis of ``means``, ``log_likelihood`` and
+    ``times`` (and of the recomputed ``pred_means``) is dropped.
     """
     batch = _grouped_batch(sde, measurement, z, t, mask)
     prior_mean, prior_cov, prior_time = lg.prior_moments(prior, sde.dim)
@@ -187,25 +227,32 @@ def kalman_filter(
     G, T = batch.group_observed.shape
     if G == 1:
         g = _shared_covariances(measurement, batch, Phi[0], Qd[0], prior_cov)
-        means, pred, loglik = _shared_means(measurement, batch, Phi[0], offset[0], g, prior_mean)
-        covs, pred_covs = g.covs[None], g.pred_covs[None]
+        means, loglik = _shared_means(measurement, batch, Phi[0], offset[0], g, prior_mean)
+        covs = g.covs[None]
+    elif Phi.shape[0] == 1 and max(sde.dim, measurement.out_dim) <= _SMALL_PATH:
+        means, loglik, covs = _grouped_filter_small(
+            measurement, batch, Phi[0], offset[0], Qd[0], prior_mean, prior_cov
+        )
     else:
-        means, pred, loglik, covs, pred_covs = _grouped_filter(
+        means, loglik, covs = _grouped_filter(
             measurement, batch, Phi, offset, Qd, prior_mean, prior_cov
         )
     if Phi.shape[0] == 1:
-        transition = np.broadcast_to(Phi, (G, *Phi.shape[1:]))
+        per_group = [np.broadcast_to(x, (G, *x.shape[1:])) for x in (Phi, Qd, offset)]
     else:
-        transition = Phi[batch.time_group]
+        per_group = [x[batch.time_group] for x in (Phi, Qd, offset)]
+    transition, noise, offset = per_group
     result = FilterResult(
         np.moveaxis(means, 0, 1),
         covs,
-        np.moveaxis(pred, 0, 1),
-        pred_covs,
         loglik,
         batch.group,
         batch.times,
         transition,
+        noise,
+        offset,
+        prior_mean,
+        prior_cov,
     )
     return _squeezed(result, batch.squeeze)
 
@@ -277,7 +324,7 @@ def _shared_covariances(measurement, batch: _GroupedBatch, Phi, Qd, prior_cov) -
 
 
 def _shared_means(measurement, batch: _GroupedBatch, Phi, offset, g: _Gains, prior_mean):
-    """Means, predictions (T, B, d) and log-likelihood (B,) when all sequences share one group.
+    """Means (T, B, d) and log-likelihood (B,) when all sequences share one group.
 
     All sequences share the gains and the observation pattern, so each step is two matrix
     products on (B, .) arrays that stay in cache: ``m [F^T | F^T C^T]`` gives the prediction
@@ -296,14 +343,13 @@ def _shared_means(measurement, batch: _GroupedBatch, Phi, offset, g: _Gains, pri
     drift = bool(np.any(offset))
     z_shift = bias + offset @ C.T  # (T, k): b + c C^T
     shift = bool(np.any(z_shift))
-    means, pred = np.empty((T, B, d)), np.empty((T, B, d))
+    means, pred = np.empty((T, B, d)), np.empty((B, d))
     ahead, back = np.empty((B, d + k)), np.empty((B, d + k))
     e = np.empty((B, k))
     squares = np.zeros(B)
     diffuse = prior_mean is None
     for step in range(T):
         if step == 0 and diffuse:
-            pred[0] = np.nan
             means[0] = lg.diffuse_mean(measurement, z[:, 0], g.covs[0])
             continue
         if step == 0:
@@ -311,45 +357,59 @@ def _shared_means(measurement, batch: _GroupedBatch, Phi, offset, g: _Gains, pri
         else:
             np.matmul(means[step - 1], forward[step], out=ahead)
         if drift:
-            np.add(ahead[:, :d], offset[step], out=pred[step])
+            np.add(ahead[:, :d], offset[step], out=pred)
         else:
-            pred[step] = ahead[:, :d]
+            pred[:] = ahead[:, :d]
         if not observed[step]:
-            means[step] = pred[step]
+            means[step] = pred
             continue
         np.subtract(z[:, step], ahead[:, d:], out=e)
         if shift:
             e -= z_shift[step]
         np.matmul(e, update[step], out=back)
-        np.add(pred[step], back[:, :d], out=means[step])
+        np.add(pred, back[:, :d], out=means[step])
         squares += np.einsum("bi,bi->b", back[:, d:], back[:, d:])
     counted = observed.copy()
     counted[0] &= not diffuse  # the diffuse start adds no log-likelihood term
     constant = np.sum(g.logdet[counted]) + k * LOG_2PI * np.count_nonzero(counted)
-    return means, pred, -0.5 * (squares + constant)
+    return means, -0.5 * (squares + constant)
 
 
 def _grouped_filter(measurement, batch: _GroupedBatch, Phi, offset, Qd, prior_mean, prior_cov):
-    """Filter with covariances per group (G > 1), all groups and sequences updated per step.
+    """Filter with covariances per group (G > 1): per step all groups are predicted together
+    and the observed ones updated together (`linear_gaussian.update_stack`), and the means of
+    all sequences follow with their group's factors. Only what the result keeps is stored.
 
-    Returns means, predictions (T, B, d), log-likelihood (B,), covs and pred_covs (G, T, d, d).
+    Returns means (T, B, d), log-likelihood (B,) and covs (G, T, d, d).
     """
     C, R, bias = measurement.C, measurement.R, measurement.b
-    z, observed, group = batch.z, batch.observed, batch.group
+    z, group = batch.z, batch.group
     B, T, k = z.shape
     G, d = batch.group_observed.shape[0], C.shape[1]
     shared_grid = Phi.shape[0] == 1
-    seq_grid = batch.time_group[group]  # (B,) time grid of each sequence
-    means, pred = np.empty((T, B, d)), np.empty((T, B, d))
-    covs, pred_covs = np.empty((G, T, d, d)), np.empty((G, T, d, d))
-    loglik = np.zeros(B)
+    # The means are kept with the sequences sorted by group, so that the sequences of the
+    # updated groups come in the order of the groups' factors; when every group holds one
+    # sequence (per-sequence masks) the factors then need no gather per sequence.
+    order = np.argsort(group, kind="stable")
+    sorted_group = group[order]
+    if np.array_equal(order, np.arange(B)):  # distinct masks: groups follow the sequences
+        order = np.s_[:]
+    counts = np.bincount(group, minlength=G)
+    singletons = bool(np.all(counts == 1))
+    seq_grid = batch.time_group[sorted_group]  # (B,) time grid of each (sorted) sequence
+    identity = lg.is_identity(C)
+    # Small matrices: updating every group (the missing ones with zero gain) costs less than
+    # gathering and scattering the observed ones; larger ones gather.
+    zero_gain = max(d, k) <= stacked.SMALL
+    means, covs = np.empty((T, B, d)), np.empty((G, T, d, d))
+    loglik = np.zeros(B)  # sorted order
     if prior_cov is None:
-        P = np.broadcast_to(lg.diffuse_covariance(measurement), (G, d, d)).copy()
-        m = lg.diffuse_mean(measurement, z[:, 0], P[0])
-        pred[0], pred_covs[:, 0], means[0], covs[:, 0] = np.nan, np.nan, m, P
+        P = np.broadcast_to(lg.diffuse_covariance(measurement), (G, d, d))
+        m = lg.diffuse_mean(measurement, z[order, 0], P[0])
+        means[0, order], covs[:, 0] = m, P
         first = 1
     else:
-        P = np.broadcast_to(prior_cov, (G, d, d)).copy()
+        P = np.broadcast_to(prior_cov, (G, d, d))
         m = np.broadcast_to(prior_mean, (B, d))
         first = 0
     for step in range(first, T):
@@ -359,20 +419,131 @@ def _grouped_filter(measurement, batch: _GroupedBatch, Phi, offset, Qd, prior_me
         else:  # covariances per group, means per sequence
             P = lg.predict_cov(P, Phi[batch.time_group, step], Qd[batch.time_group, step])
             m = lg.predict_mean(m, Phi[seq_grid, step], offset[seq_grid, step])
-        pred[step], pred_covs[:, step] = m, P
+        upd = batch.group_observed[:, step]
+        n_upd = int(np.count_nonzero(upd))
+        if n_upd:
+            every = n_upd == G
+            masked = not every and zero_gain
+            if every or masked:  # all groups at once; with `masked` the missing get W = 0
+                P, W, L, logdet = lg.update_stack(P, C, R, identity, active=upd if masked else None)
+                rows = slice(None)
+                slot = sorted_group
+            else:
+                new, W, L, logdet = lg.update_stack(P[upd], C, R, identity)
+                P[upd] = new  # P is the fresh array of this step's prediction
+                rows = upd[sorted_group]  # sorted sequences whose group is observed
+                slot = np.repeat(np.arange(n_upd), counts[upd])
+            if not singletons:  # each sequence takes its group's factors
+                W, L, logdet = W[slot], L[slot], logdet[slot]
+            # Innovations of the observed sequences, whitened by their group's factor:
+            # w = L^-1 e, m += W^T w (= K e with K = W^T L^-1), -1/2 (|w|^2 + log det S).
+            seqs = rows if isinstance(order, slice) else order[rows]
+            e = z[seqs, step] - m[rows] @ C.T - bias
+            if masked:  # missing ones (NaN allowed in z) contribute nothing
+                seen = upd[sorted_group]
+                e = np.where(seen[:, None], e, 0.0)
+            w = stacked.solve_lower(L, e)
+            correction = np.einsum("nkd,nk->nd", W, w)
+            if every or masked:
+                m = m + correction
+            else:
+                m = m.copy()
+                m[rows] += correction
+            terms = np.einsum("ni,ni->n", w, w) + logdet + k * LOG_2PI
+            loglik[rows] -= 0.5 * (np.where(seen, terms, 0.0) if masked else terms)
+        means[step, order] = m
+        covs[:, step] = P
+    out = np.empty(B)
+    out[order] = loglik
+    return means, out, covs
+
+
+def _grouped_filter_small(
+    measurement, batch: _GroupedBatch, Phi, offset, Qd, prior_mean, prior_cov
+):
+    """`_grouped_filter` for small matrices (d, k <= `stacked.SMALL`) on one time grid.
+
+    The same recursion with the group axis last: covariances (d, d, G), means (d, B), so that
+    every operation runs over contiguous rows of length G or B (with the group axis first,
+    numpy would loop over rows of length 2). The products with the shared ``F`` and ``C`` are
+    BLAS calls; the Cholesky factor, the forward substitution and ``W^T W`` go entry by entry
+    for the whole stack. Every group is updated at every step, a missing one with zero gain.
+
+    Returns means (T, B, d), log-likelihood (B,) and covs (G, T, d, d).
+    """
+    C, R, bias = measurement.C, measurement.R, measurement.b
+    z, group = batch.z, batch.group
+    B, T, k = z.shape
+    G, d = batch.group_observed.shape[0], C.shape[1]
+    order = np.argsort(group, kind="stable")  # sequences sorted by group, as in _grouped_filter
+    sorted_group = group[order]
+    if np.array_equal(order, np.arange(B)):  # distinct masks: groups follow the sequences
+        order = slice(None)
+    singletons = bool(np.all(np.bincount(group, minlength=G) == 1))
+    identity = lg.is_identity(C)
+    means, covs = np.empty((T, B, d)), np.empty((G, T, d, d))
+    loglik = np.zeros(B)
+    if prior_cov is None:
+        P0 = lg.diffuse_covariance(measurement)
+        m = np.ascontiguousarray(lg.diffuse_mean(measurement, z[order, 0], P0).T)
+        means[0, order], covs[:, 0] = m.T, P0
+        P, first = np.repeat(P0[:, :, None], G, axis=2), 1
+    else:
+        P, first = np.repeat(prior_cov[:, :, None], G, axis=2), 0
+        m = np.repeat(prior_mean[:, None], B, axis=1)
+    noise, bias_col, R_col = Qd[..., None], bias[:, None], R[:, :, None]
+    L = np.zeros((k, k, G))
+    W = np.empty((k, d, G))
+    for step in range(first, T):
+        F = Phi[step]
+        # P- = F P F^T + Q_d: (F P)[i, j] by one product over the first axis; then F on each
+        # (d, G) slice gives (F P F^T)[i, l] = sum_j F[l, j] (F P)[i, j].
+        FP = (F @ P.reshape(d, d * G)).reshape(d, d, G)
+        P = np.matmul(F, FP) + noise[step]
+        P = 0.5 * (P + P.transpose(1, 0, 2))
+        m = F @ m + offset[step][:, None]
         upd = batch.group_observed[:, step]
         if np.any(upd):
-            P = P.copy()
-            P[upd], K, Linv, logdet = lg.update(P[upd], C, R)
-            rows = observed[:, step]
-            slot = (np.cumsum(upd) - 1)[group[rows]]  # row of each sequence in K, Linv
-            e = z[rows, step] - m[rows] @ C.T - bias
-            m = m.copy()
-            m[rows] += np.einsum("bij,bj->bi", K[slot], e)
-            w = np.einsum("bij,bj->bi", Linv[slot], e)
-            loglik[rows] -= 0.5 * (np.einsum("bi,bi->b", w, w) + logdet[slot] + k * LOG_2PI)
-        means[step], covs[:, step] = m, P
-    return means, pred, loglik, covs, pred_covs
+            every = bool(np.all(upd))
+            if identity:
+                CP, S = P, P + R_col
+            else:
+                CP = (C @ P.reshape(d, d * G)).reshape(k, d, G)
+                S = np.matmul(C, CP) + R_col  # S[i, j] = sum_b C[j, b] (C P)[i, b]
+            for j in range(k):  # Cholesky factor of each S, column by column
+                col = S[j:, j]
+                if j:
+                    col = col - np.einsum("ipg,pg->ig", L[j:, :j], L[j, :j])
+                if not np.all(col[0] > 0):
+                    raise np.linalg.LinAlgError("innovation covariance not positive definite")
+                L[j, j] = np.sqrt(col[0])
+                L[j + 1 :, j] = col[1:] / L[j, j]
+            for i in range(k):  # W = L^-1 C P
+                row = CP[i] if i == 0 else CP[i] - np.einsum("pg,pjg->jg", L[i, :i], W[:i])
+                np.divide(row, L[i, i], out=W[i])
+            if not every:
+                W *= upd  # missing groups: zero gain, P+ = P-
+            P = P - np.einsum("pig,pjg->ijg", W, W)
+            logdet = 2.0 * np.sum(np.log(np.diagonal(L)), axis=-1)
+            Ls, Ws = (L, W) if singletons else (L[..., sorted_group], W[..., sorted_group])
+            if not singletons:
+                logdet = logdet[sorted_group]
+            e = z[order, step].T - C @ m - bias_col  # (k, B)
+            if not every:
+                seen = upd[sorted_group]
+                e = np.where(seen, e, 0.0)  # missing ones (NaN allowed in z) count nothing
+            w = np.empty((k, B))
+            for i in range(k):  # w = L^-1 e
+                row = e[i] if i == 0 else e[i] - np.einsum("pg,pg->g", Ls[i, :i], w[:i])
+                np.divide(row, Ls[i, i], out=w[i])
+            m = m + np.einsum("kdg,kg->dg", Ws, w)
+            terms = np.einsum("ig,ig->g", w, w) + logdet + k * LOG_2PI
+            loglik -= 0.5 * (terms if every else np.where(seen, terms, 0.0))
+        means[step, order] = m.T
+        covs[:, step] = P.transpose(2, 0, 1)
+    out = np.empty(B)
+    out[order] = loglik
+    return means, out, covs
 
 
 def _squeezed(result: FilterResult, squeeze: bool) -> FilterResult:
@@ -380,10 +551,60 @@ def _squeezed(result: FilterResult, squeeze: bool) -> FilterResult:
         return result
     return result._replace(
         means=result.means[0],
-        pred_means=result.pred_means[0],
         log_likelihood=result.log_likelihood[0],
         times=result.times[0],
     )
+
+
+# --------------------------------------------------------------------------------------------
+# Predictions, recomputed from a result
+# --------------------------------------------------------------------------------------------
+
+
+def _step_maps(result: FilterResult, step: int, per_sequence: bool):
+    """``(F, Q_d, c)`` of one step: shared (d, d) when every group has the same time grid, else
+    per group (G, .) or, with ``per_sequence``, per sequence (B, .)."""
+    transition, noise, offset = result.transition, result.noise, result.offset
+    if transition.shape[0] == 1 or transition.strides[0] == 0:
+        return transition[0, step], noise[0, step], offset[0, step]
+    rows = result.group if per_sequence else slice(None)
+    return transition[rows, step], noise[rows, step], offset[rows, step]
+
+
+def predicted_means(result: FilterResult) -> np.ndarray:
+    """One-step predictions ``m-_k = F_k m_{k-1} + c_k`` of a `FilterResult`: (B, T, d), or (T, d)
+    for an unbatched result; step 0 is the prior carried to the first state time (NaN for a
+    diffuse prior). `FilterResult.pred_means` is this function."""
+    squeeze = result.means.ndim == 2
+    means = result.means[None] if squeeze else result.means
+    B, T, d = means.shape
+    out = np.empty((B, T, d))
+    for step in range(T):
+        F, _, c = _step_maps(result, step, per_sequence=True)
+        if step:
+            out[:, step] = lg.predict_mean(means[:, step - 1], F, c)
+        elif result.prior_mean is None:
+            out[:, 0] = np.nan
+        else:
+            out[:, 0] = lg.predict_mean(np.broadcast_to(result.prior_mean, (B, d)), F, c)
+    return out[0] if squeeze else out
+
+
+def predicted_covs(result: FilterResult) -> np.ndarray:
+    """Covariances ``P-_k = F_k P_{k-1} F_k^T + Q_d`` of the one-step predictions of a
+    `FilterResult`, (G, T, d, d); NaN at step 0 for a diffuse prior. `FilterResult.pred_covs`
+    is this function; the arithmetic is the filter's (`linear_gaussian.predict_cov`)."""
+    covs = result.covs
+    out = np.empty(covs.shape)
+    for step in range(covs.shape[1]):
+        F, Q, _ = _step_maps(result, step, per_sequence=False)
+        if step:
+            out[:, step] = lg.predict_cov(covs[:, step - 1], F, Q)
+        elif result.prior_cov is None:
+            out[:, 0] = np.nan
+        else:
+            out[:, 0] = lg.predict_cov(result.prior_cov, F, Q)
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -397,8 +618,9 @@ def rts_smoother(filtered: FilterResult) -> SmootherResult:
 
     Backward pass ``J_k = P_k F_{k+1}^T (P-_{k+1})^-1``, ``m^s_k = m_k + J_k (m^s_{k+1} -
     m-_{k+1})``, ``P^s_k = P_k + J_k (P^s_{k+1} - P-_{k+1}) J_k^T``, with ``F_{k+1}`` the exact
-    transition over the step from k to k+1. The gains are computed for all steps at once; the
-    means' sequential part is one matrix product per step.
+    transition over the step from k to k+1. The predictions ``m-_{k+1}``, ``P-_{k+1}`` are
+    recomputed step by step from the filtered moments (as `predicted_means` and
+    `predicted_covs` do), so the pass holds one step of them at a time.
 
     Returns
     -------
@@ -407,31 +629,23 @@ def rts_smoother(filtered: FilterResult) -> SmootherResult:
     batch_input.filter_result("filtered", filtered)
     squeeze = filtered.means.ndim == 2
     means = filtered.means[None] if squeeze else filtered.means
-    pred_means = filtered.pred_means[None] if squeeze else filtered.pred_means
-    covs, pred_covs, Phi, group = (
-        filtered.covs,
-        filtered.pred_covs,
-        filtered.transition,
-        filtered.group,
-    )
+    covs, group = filtered.covs, filtered.group
     m = np.moveaxis(means, 1, 0)  # (T, B, d)
-    mp = np.moveaxis(pred_means, 1, 0)
     T = m.shape[0]
     s_means, s_covs = m.copy(), covs.copy()
-    if T > 1:
-        PFt = covs[:, :-1] @ transpose(Phi[:, 1:])
-        J = transpose(
-            np.linalg.solve(pred_covs[:, 1:], transpose(PFt))
-        )  # (G, T-1, d, d); P- symmetric
-        for step in range(T - 2, -1, -1):
-            Jk = J[:, step]
-            gap = s_means[step + 1] - mp[step + 1]
-            if Jk.shape[0] == 1:
-                s_means[step] = m[step] + gap @ Jk[0].T
-            else:
-                s_means[step] = m[step] + np.einsum("bij,bj->bi", Jk[group], gap)
-            s_covs[:, step] = sym(
-                covs[:, step] + Jk @ (s_covs[:, step + 1] - pred_covs[:, step + 1]) @ transpose(Jk)
-            )
+    for step in range(T - 2, -1, -1):
+        F, Q, _ = _step_maps(filtered, step + 1, per_sequence=False)
+        F_seq, _, c_seq = _step_maps(filtered, step + 1, per_sequence=True)
+        P = covs[:, step]
+        pred_cov = lg.predict_cov(P, F, Q)
+        pred_mean = lg.predict_mean(m[step], F_seq, c_seq)
+        # J = P F^T (P-)^-1 (P- symmetric), (G, d, d)
+        J = transpose(np.linalg.solve(pred_cov, np.broadcast_to(F, P.shape) @ P))
+        gap = s_means[step + 1] - pred_mean
+        if J.shape[0] == 1:
+            s_means[step] = m[step] + gap @ J[0].T
+        else:
+            s_means[step] = m[step] + np.einsum("bij,bj->bi", J[group], gap)
+        s_covs[:, step] = sym(P + J @ (s_covs[:, step + 1] - pred_cov) @ transpose(J))
     out = np.moveaxis(s_means, 0, 1)
     return SmootherResult(out[0] if squeeze else out, s_covs, group)

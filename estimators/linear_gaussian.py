@@ -44,6 +44,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy.linalg import solve_triangular
 
+from estimators import stacked
 from sde_sim import LinearMeasurement, LinearSDE, linear_transition, validation
 
 # --------------------------------------------------------------------------------------------
@@ -230,7 +231,7 @@ def predict_mean(m: np.ndarray, F: np.ndarray, offset: np.ndarray) -> np.ndarray
 
 def predict_cov(P: np.ndarray, F: np.ndarray, Qd: np.ndarray) -> np.ndarray:
     """``P- = F P F^T + Q_d`` (symmetrised), for (..., d, d) stacks that broadcast."""
-    return sym(F @ P @ transpose(F) + Qd)
+    return sym(stacked.matmul(stacked.matmul(F, P), transpose(F)) + Qd)
 
 
 def predict(m, P, F, offset, Qd):
@@ -257,3 +258,40 @@ def update(P: np.ndarray, C: np.ndarray, R: np.ndarray):
     P_new = sym(P - Wt @ W)
     logdet = 2.0 * np.sum(np.log(np.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
     return P_new, Wt @ Linv, Linv, logdet
+
+
+def is_identity(C: np.ndarray) -> bool:
+    """True when ``C`` is exactly the identity (then ``C P = P``: `update_stack` skips it)."""
+    return C.shape[0] == C.shape[1] and np.array_equal(C, np.eye(C.shape[0]))
+
+
+def update_stack(P: np.ndarray, C: np.ndarray, R: np.ndarray, identity=None, active=None):
+    """`update` for a stack of covariances P (n, d, d), returning the whitened gain instead.
+
+    The same algebra, ``S = C P C^T + R = L L^T``, ``W = L^-1 C P``, ``P+ = P - W^T W``, with
+    the kernels of `estimators.stacked` (a broadcast-sum product for small d, numpy's BLAS
+    loop above; forward substitution over the k rows for ``W``) and ``C P = P``,
+    ``S = P + R`` when ``C`` is the identity. Instead of ``K`` and ``L^-1`` it returns ``W``
+    and ``L``: a caller whitens an innovation by ``w = L^-1 e`` (`stacked.solve_lower`) and
+    corrects the mean by ``K e = W^T w``, which saves forming ``L^-1`` and ``K``.
+    ``identity`` says whether ``C`` is the identity (`is_identity`; computed when None).
+    ``active`` (n,) bool, when given, marks the matrices that are updated: the others get
+    ``W = 0``, so ``P+ = P`` (their ``L`` and ``log det S`` are returned but mean nothing).
+    Returns ``(P+, W, L, log det S)``: (n, d, d), (n, k, d), (n, k, k), (n,).
+    """
+    if identity is None:
+        identity = is_identity(C)
+    if identity:
+        CP, S = P, P + R
+    else:
+        CP = stacked.matmul(C, P)
+        S = stacked.matmul(CP, C.T) + R
+    L = stacked.cholesky(S)
+    W = stacked.solve_lower(L, CP)
+    if active is not None:
+        W *= active[:, None, None]
+    # ``W^T W`` comes out exactly symmetric (BLAS syrk for the transposed pair, or equal
+    # products summed in the same order), so ``P+`` is as symmetric as ``P``.
+    P_new = P - stacked.matmul(transpose(W), W)
+    logdet = 2.0 * np.sum(np.log(np.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
+    return P_new, W, L, logdet

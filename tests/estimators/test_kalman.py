@@ -197,3 +197,62 @@ def test_a_delay_that_rounds_the_times_together_is_refused_by_every_estimator():
             estimate(SDE2, far, z, t)
     near = LinearMeasurement(np.eye(2), 0.2 * np.eye(2), delay=0.05)
     assert np.all(np.isfinite(kalman_filter(SDE2, near, z, t).means))
+
+
+@pytest.mark.parametrize(
+    ("d", "k", "diffuse"), [(2, 2, False), (2, 1, False), (3, 3, True), (5, 5, False), (5, 3, True)]
+)
+def test_per_sequence_masks_on_one_grid_equal_separate_runs(d, k, diffuse):
+    # Every sequence its own mask on one time grid: the grouped paths (group-last for d, k <= 4,
+    # gathered otherwise) against one single-sequence run each, predictions included; the
+    # measurements of missing steps are NaN and must not be read.
+    rng = np.random.default_rng(100 * d + k)
+    A = 0.3 * rng.normal(size=(d, d)) - 2.0 * np.eye(d)  # then shifted:
+    A -= max(0.0, np.linalg.eigvals(A).real.max() + 0.5) * np.eye(d)  # Re(eig) <= -0.5
+    sde = LinearSDE(A, 0.4 * np.eye(d), u=rng.normal(size=d))
+    C = np.eye(d) if k == d and d != 3 else rng.normal(size=(k, d))
+    if diffuse and k < d:
+        C = np.vstack([C, rng.normal(size=(d - k, d))])
+    meas = LinearMeasurement(C, 0.3 * np.eye(C.shape[0]), b=rng.normal(size=C.shape[0]))
+    B, T = 7, 30
+    z = rng.normal(size=(B, T, C.shape[0]))
+    mask = rng.random((B, T)) > 0.25
+    mask[:, 0] = True
+    mask[3] = mask[1]  # two sequences share a group
+    mask[:, 5] = False  # a step where no group is observed
+    mask[:, 6] = True  # and one where all are
+    z[~mask] = np.nan
+    t = np.arange(T) * 0.1
+    prior = None if diffuse else GaussianPrior(rng.normal(size=d), np.eye(d), time=-0.05)
+    batched = kalman_filter(sde, meas, z, t, prior=prior, mask=mask)
+    assert batched.covs.shape[0] == B - 1
+    pred_means, pred_covs = batched.pred_means, batched.pred_covs
+    smoothed = rts_smoother(batched)
+    for b in range(B):
+        one = kalman_filter(sde, meas, z[b], t, prior=prior, mask=mask[b])
+        g = batched.group[b]
+        np.testing.assert_allclose(batched.means[b], one.means, atol=1e-12)
+        np.testing.assert_allclose(batched.covs[g], one.covs[0], atol=1e-12)
+        np.testing.assert_allclose(pred_means[b], one.pred_means, atol=1e-12)
+        np.testing.assert_allclose(pred_covs[g], one.pred_covs[0], atol=1e-12)
+        assert batched.log_likelihood[b] == pytest.approx(one.log_likelihood, rel=1e-12)
+        np.testing.assert_allclose(smoothed.means[b], rts_smoother(one).means, atol=1e-11)
+
+
+def test_predictions_are_the_predict_step_of_the_filtered_moments():
+    sc = presets.get("afa-2d").scenario("b")
+    sim = simulate(sc, 3, seed=5)
+    prior = GaussianPrior(np.array([1.0, -1.0]), 2.0 * np.eye(2), time=sim.t_obs[0] - 0.3)
+    out = kalman_filter(sc.system, sc.measurement, sim.z, sim.t_obs, prior=prior)
+    maps = linear_transition(sc.system, np.diff(sim.t_obs, prepend=prior.time))
+    F, c, Q = maps.Phi, maps.offset, maps.Qd
+    pred_covs = out.pred_covs[0]
+    np.testing.assert_allclose(pred_covs[0], F[0] @ prior.cov @ F[0].T + Q[0], atol=1e-13)
+    np.testing.assert_allclose(
+        pred_covs[1:], F[1:] @ out.covs[0, :-1] @ np.swapaxes(F[1:], 1, 2) + Q[1:], atol=1e-13
+    )
+    np.testing.assert_allclose(out.pred_means[:, 0], np.tile(F[0] @ prior.mean + c[0], (3, 1)))
+    want = np.einsum("tij,btj->bti", F[1:], out.means[:, :-1]) + c[1:]
+    np.testing.assert_allclose(out.pred_means[:, 1:], want, atol=1e-13)
+    diffuse = kalman_filter(sc.system, sc.measurement, sim.z, sim.t_obs)
+    assert np.all(np.isnan(diffuse.pred_means[:, 0])) and np.all(np.isnan(diffuse.pred_covs[:, 0]))

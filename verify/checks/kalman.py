@@ -184,9 +184,10 @@ def _innovations(quick: bool) -> Outcome:
     C, R = sc.measurement.C, sc.measurement.R
     worst = 0.0
     whitened = []
+    pred_means, pred_covs = out.pred_means, out.pred_covs  # computed on access: once
     for step in (1, 5, sim.t_obs.size // 2):
-        S = C @ out.pred_covs[0, step] @ C.T + R
-        e = sim.z[:, step] - out.pred_means[:, step] @ C.T - sc.measurement.b
+        S = C @ pred_covs[0, step] @ C.T + R
+        e = sim.z[:, step] - pred_means[:, step] @ C.T - sc.measurement.b
         worst = max(worst, np.max(np.abs(whitened_scores(e, S))))
         whitened.append(np.linalg.solve(np.linalg.cholesky(S), e.T).T)
     n = whitened[0].shape[0]
