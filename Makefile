@@ -4,6 +4,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
+# Dask worker processes for the figures of `make reproduce` (one per core is a good choice).
+WORKERS ?= 2
 
 .PHONY: install reproduce reproduce-quick test lint format bench clean browser
 
@@ -23,13 +25,13 @@ reproduce: $(STAMP)
 	$(PY) -m sde_sim simulate-all --out out/sde_sim --force
 	$(PY) -m verify --quick --json out/verify.json --table out/verify.txt \
 		--html out/verify.html --force
-	$(PY) -m figures --out out --force
+	$(PY) -m figures --out out --force --workers $(WORKERS)
 
 reproduce-quick: $(STAMP)
 	$(PY) -m sde_sim simulate-all --out out/sde_sim --force
 	$(PY) -m verify --quick --json out/verify.json --table out/verify.txt \
 		--html out/verify.html --force
-	$(PY) -m figures --quick --out out --force
+	$(PY) -m figures --quick --out out --force --workers $(WORKERS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
