@@ -4,8 +4,6 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
-# Dask worker processes for the figures of `make reproduce` (one per core is a good choice).
-WORKERS ?= 2
 
 .PHONY: install reproduce reproduce-quick test lint format bench clean browser
 
@@ -25,13 +23,13 @@ reproduce: $(STAMP)
 	$(PY) -m sde_sim simulate-all --out out/sde_sim --force
 	$(PY) -m verify --quick --json out/verify.json --table out/verify.txt \
 		--html out/verify.html --force
-	$(PY) -m figures --out out --force --workers $(WORKERS)
+	$(PY) -m figures --out out --force
 
 reproduce-quick: $(STAMP)
 	$(PY) -m sde_sim simulate-all --out out/sde_sim --force
 	$(PY) -m verify --quick --json out/verify.json --table out/verify.txt \
 		--html out/verify.html --force
-	$(PY) -m figures --quick --out out --force --workers $(WORKERS)
+	$(PY) -m figures --quick --out out --force
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
