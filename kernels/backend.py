@@ -36,6 +36,15 @@ def tile_supported(block_size) -> bool:
     return block_size >= 16 and not block_size & (block_size - 1)
 
 
+def tile_reason(block_size) -> dict[str, bool]:
+    """The `use_triton` ``unsupported`` entry for a tile: ``{reason: not tile_supported}``."""
+    return {
+        f"block_size={block_size!r} (the tile is a power of two >= 16)": not tile_supported(
+            block_size
+        )
+    }
+
+
 def tile(block_size) -> int:
     """The fused kernels' tile for ``block_size`` (`tile_supported`); ValueError otherwise."""
     if not tile_supported(block_size):

@@ -45,7 +45,7 @@ from __future__ import annotations
 import torch
 
 from kernels._validation import overflow_warning
-from kernels.backend import tile_supported, use_triton
+from kernels.backend import tile_reason, use_triton
 from kernels.ops.afa import isotropic as _isotropic
 from kernels.ops.afa import separable as _separable
 from kernels.ops.afa import tensor as _tensor
@@ -260,9 +260,7 @@ def isotropic_afa(
         "return_weights": return_weights,
         "value dynamics (value_*)": dynamics.value is not None,
         "drift biases (bias_qk, bias_v)": bias_qk is not None or bias_v is not None,
-        f"block_size={block_size!r} (the tile is a power of two >= 16)": not tile_supported(
-            block_size
-        ),
+        **tile_reason(block_size),
     }
     if use_triton(backend, q, unsupported):
         from kernels.ops.afa.triton import isotropic_afa_triton  # imports Triton: only here

@@ -74,7 +74,7 @@ from __future__ import annotations
 import torch
 
 from kernels._validation import overflow_warning
-from kernels.backend import tile_supported, use_triton
+from kernels.backend import tile_reason, use_triton
 from kernels.ops.common.attention import AttentionOutput
 from kernels.ops.common.params import NOT_GIVEN, Dynamics, Robust
 from kernels.ops.rfa import isotropic as _isotropic
@@ -169,9 +169,7 @@ def rfa_attention(
         "rotate_qk=False": not rotate_qk,
         "rotate_values=False": not rotate_values,
         "unitary_limit": unitary_limit,
-        f"block_size={block_size!r} (the tile is a power of two >= 16)": not tile_supported(
-            block_size
-        ),
+        **tile_reason(block_size),
     }
     if use_triton(backend, q, unsupported):
         from kernels.ops.rfa.triton import rfa_attention_triton  # imports Triton: only here
