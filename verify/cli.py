@@ -73,21 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _format_residual(r: Result) -> str:
-    if r.error is not None or r.residual != r.residual:
-        return "-"
-    return "0 (proved)" if r.check.kind == "symbolic" and r.residual == 0 else f"{r.residual:.2e}"
-
-
 def _row(r: Result) -> str:
     c = r.check
-    bound = (
-        f"{'>' if c.expect == 'fails' else '<='} {c.tolerance:.0e}"
-        if c.kind != "symbolic"
-        else ("> 0" if c.expect == "fails" else "= 0")
-    )
     return (
-        f"{c.id:<46} {c.kind:<11} {_format_residual(r):>11}  {bound:<9} "
+        f"{c.id:<46} {c.kind:<11} {r.shown_residual:>11}  {c.bound():<9} "
         f"{r.seconds:>6.2f}s  {r.status}"
     )
 

@@ -93,6 +93,13 @@ class Check:
         doc = " ".join((self.fn.__doc__ or "").split())
         return re.split(r"(?<=[.!?])\s", doc, maxsplit=1)[0] if doc else ""
 
+    def bound(self, at_most: str = "<=") -> str:
+        """What the residual must satisfy, as shown: ``= 0`` / ``> 0`` (symbolic), else
+        ``<= tol`` / ``> tol`` (``at_most``: the sign printed for "at most")."""
+        if self.kind == "symbolic":
+            return "> 0" if self.expect == "fails" else "= 0"
+        return f"{'>' if self.expect == 'fails' else at_most} {self.tolerance:.0e}"
+
     def run(self, quick: bool) -> Result:
         start = time.perf_counter()
         try:
@@ -135,6 +142,16 @@ class Result:
     seconds: float
     detail: str
     error: str | None
+
+    @property
+    def shown_residual(self) -> str:
+        """The residual as the table and the report show it: ``-`` when there is none, ``0
+        (proved)`` for a symbolic proof, else ``1.23e-04``."""
+        if self.error is not None or self.residual != self.residual:
+            return "-"
+        if self.check.kind == "symbolic" and self.residual == 0:
+            return "0 (proved)"
+        return f"{self.residual:.2e}"
 
     @property
     def status(self) -> str:

@@ -74,18 +74,6 @@ def source_line(check: Check) -> tuple[Path, int]:
     return Path(inspect.getsourcefile(fn)).resolve(), inspect.getsourcelines(fn)[1]
 
 
-def _residual(r: Result) -> str:
-    if r.error is not None or r.residual != r.residual:
-        return "-"
-    return "0 (proved)" if r.check.kind == "symbolic" and r.residual == 0 else f"{r.residual:.2e}"
-
-
-def _bound(c: Check) -> str:
-    if c.kind == "symbolic":
-        return "> 0" if c.expect == "fails" else "= 0"
-    return f"{'>' if c.expect == 'fails' else '≤'} {c.tolerance:.0e}"
-
-
 def _status_class(status: str) -> str:
     return "pass" if status.startswith("PASS") else "fail"
 
@@ -189,8 +177,8 @@ def _check_row(r: Result, html_dir: Path, claims_by_check: dict[str, list[Claim]
         f'<td class="section">{html.escape(loc.section)}</td>'
         f"<td>{claim}</td>"
         f'<td class="kind">{c.kind}</td>'
-        f'<td class="residual">{_residual(r)}</td>'
-        f'<td class="tolerance">{html.escape(_bound(c))}</td>'
+        f'<td class="residual">{r.shown_residual}</td>'
+        f'<td class="tolerance">{html.escape(c.bound("≤"))}</td>'
         f'<td class="status {_status_class(r.status)}">{html.escape(r.status)}</td>'
         f'<td class="source"><a href="{html.escape(href)}#L{line}">'
         f"{html.escape(shown.as_posix())}:{line}</a></td></tr>"
