@@ -32,6 +32,8 @@ CHECKS = (
 )
 PRESET = "afa-2d"
 VARIANTS = ("a", "b", "c")
+# `figures.trained` cases this figure trains (at full size), shared with other figures
+TRAINED_CASES = tuple(f"{PRESET}-{v}" for v in VARIANTS)
 OPTIMUM = "Kalman (true parameters)"
 TRAINED = "one-layer AFA (trained)"
 

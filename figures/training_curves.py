@@ -113,6 +113,10 @@ class Config:
         return cls()
 
 
+# `figures.trained` cases this figure trains (at full size), shared with other figures
+TRAINED_CASES = Config().cases
+
+
 @dataclass(frozen=True)
 class Panel:
     """One trained system. Shapes: n evaluations.

@@ -45,3 +45,27 @@ def test_workers_must_be_positive(capsys):
     code = cli.main([NAME, "--workers", "0"])
     out, err = capsys.readouterr()
     assert code == 2 and out == "" and err.count("\n") == 1 and "--workers must be >= 1" in err
+
+
+def test_figures_sharing_a_trained_case_form_one_group():
+    ordered = figures.groups(figures.names())
+    assert ordered[0] == ["fig1_trajectories", "training_curves"]  # afa-2d-b, trained once
+    assert sorted(n for g in ordered for n in g) == sorted(figures.names())
+    assert all(len(g) == 1 for g in ordered[1:])
+
+
+def test_groups_are_connected_components(monkeypatch):
+    from types import SimpleNamespace
+
+    trained = {"a": ("x",), "b": ("y",), "c": ("x", "y"), "d": (), "e": ("z",)}
+    modules = {n: SimpleNamespace(TRAINED_CASES=cases) for n, cases in trained.items()}
+    monkeypatch.setattr(figures, "get", modules.__getitem__)
+    # c links a and b through x and y; e trains alone; d trains nothing
+    assert figures.groups(["d", "a", "b", "e", "c"]) == [["a", "b", "c"], ["e"], ["d"]]
+
+
+def test_a_group_runs_its_figures_in_one_call():
+    [(name, data, seconds)] = figures.computed_group([NAME], quick=True)
+    serial, _ = figures.computed(NAME, quick=True)
+    assert name == NAME and seconds > 0
+    np.testing.assert_array_equal(data.panels[0].mc, serial.panels[0].mc)
