@@ -309,24 +309,29 @@ def _magnitude(value) -> float:
     return max(sizes, default=0.0)
 
 
-def overflow_warning(function):
+def overflow_warning(function=None, *, outputs=_outputs):
     """Decorate an attention function: warn (`MagnitudeWarning`) when its output holds a NaN
     or inf although every argument is finite, naming the arguments whose magnitudes are
     furthest from 1 (a variance of 1e-30, a decay of 1e30: the likely cause first).
 
-    Non-finite input is left to propagate, as torch does; skipped while compiling.
+    ``outputs(result)`` picks the tensors that must be finite (default `_outputs`); a function
+    with an infinite entry by design (a diffuse prior's first prediction variance) leaves it
+    out: ``@overflow_warning(outputs=...)``. Non-finite input is left to propagate, as torch
+    does; skipped while compiling.
     """
+    if function is None:
+        return functools.partial(overflow_warning, outputs=outputs)
     signature = inspect.signature(function)
 
     @functools.wraps(function)
     def checked(*args, **kwargs):
         result = function(*args, **kwargs)
-        outputs = [x for x in _outputs(result) if x.is_floating_point()]
-        if not outputs or torch.compiler.is_compiling():
+        produced = [x for x in outputs(result) if x.is_floating_point()]
+        if not produced or torch.compiler.is_compiling():
             return result
-        if all(bool(torch.isfinite(x.detach()).all()) for x in outputs):
+        if all(bool(torch.isfinite(x.detach()).all()) for x in produced):
             return result
-        output = outputs[0]
+        output = produced[0]
         try:
             bound = signature.bind(*args, **kwargs).arguments
         except TypeError:

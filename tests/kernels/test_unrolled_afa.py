@@ -718,3 +718,44 @@ def test_unitary_linear_weight_load_and_errors():
         UnitaryLinear(0)
     grads = torch.autograd.grad(layer(x).square().sum(), [layer.generator_real])
     assert torch.isfinite(grads[0]).all() and grads[0].abs().sum() > 0
+
+
+def _kalman_attention_at(**change):
+    """`kalman_attention` on a plain 20-step OU-like problem, diffuse prior, with ``change``."""
+    from kernels.ops.unrolled.chunked import kalman_attention
+
+    g = torch.Generator().manual_seed(0)
+    steps = 20
+    args = {
+        "decay": torch.tensor([0.1]),
+        "frequencies": torch.zeros(1, 1),
+        "process_var": torch.tensor([0.1]),
+        "measurement_var": torch.tensor([1.0]),
+        **change,
+    }
+    values = torch.randn(1, 1, steps, 2, generator=g)
+    times = torch.arange(steps, dtype=torch.float32).view(1, 1, steps)
+    return kalman_attention(values, times, **args)
+
+
+def test_diffuse_prior_first_prediction_variance_is_infinite_without_a_warning():
+    """Before the first measurement nothing is known: that variance is inf by design, and the
+    overflow guard (`kernels._validation.overflow_warning`) must not call it an overflow (it
+    did, hundreds of times per training run)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        output, variance, prediction, prediction_variance = _kalman_attention_at()
+    assert torch.isinf(prediction_variance[..., 0]).all()
+    finite = (output, variance, prediction, prediction_variance[..., 1:])
+    assert all(torch.isfinite(x).all() for x in finite)
+
+
+def test_kalman_attention_overflow_still_warns():
+    """Control: a process variance of 1e38 overflows float32 everywhere, and is named."""
+    from kernels._validation import MagnitudeWarning
+
+    with pytest.warns(MagnitudeWarning, match="process_var"):
+        outputs = _kalman_attention_at(process_var=torch.tensor([1e38]))
+    assert not torch.isfinite(outputs[0]).all()
