@@ -19,11 +19,15 @@ $(STAMP): pyproject.toml constraints.txt
 # Every output into out/: the simulator's gallery, the verification table and its browsable
 # report out/verify.html (quick checks; run
 # `python -m verify` for the full-size ones) and the figures. reproduce-quick: preview figures.
+# The checks and the full-size figures run on WORKERS local Dask processes of one thread each
+# (the cores of the 2-core reference machine; `make reproduce WORKERS=8` on a larger one).
+WORKERS ?= 2
+
 reproduce: $(STAMP)
 	$(PY) -m sde_sim simulate-all --out out/sde_sim --force
-	$(PY) -m verify --quick --json out/verify.json --table out/verify.txt \
+	$(PY) -m verify --quick --workers $(WORKERS) --json out/verify.json --table out/verify.txt \
 		--html out/verify.html --force
-	$(PY) -m figures --out out --force
+	$(PY) -m figures --workers $(WORKERS) --out out --force
 
 reproduce-quick: $(STAMP)
 	$(PY) -m sde_sim simulate-all --out out/sde_sim --force
