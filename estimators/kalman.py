@@ -403,21 +403,22 @@ def _grouped_filter(measurement, batch: _GroupedBatch, Phi, offset, Qd, prior_me
     zero_gain = max(d, k) <= stacked.SMALL
     means, covs = np.empty((T, B, d)), np.empty((G, T, d, d))
     loglik = np.zeros(B)  # sorted order
+    P = np.empty((G, d, d))  # this step's covariances: predicted in place, then updated
     if prior_cov is None:
-        P = np.broadcast_to(lg.diffuse_covariance(measurement), (G, d, d))
+        P[:] = lg.diffuse_covariance(measurement)
         m = lg.diffuse_mean(measurement, z[order, 0], P[0])
         means[0, order], covs[:, 0] = m, P
         first = 1
     else:
-        P = np.broadcast_to(prior_cov, (G, d, d))
+        P[:] = prior_cov
         m = np.broadcast_to(prior_mean, (B, d))
         first = 0
     for step in range(first, T):
         if shared_grid:
-            P = lg.predict_cov(P, Phi[0, step], Qd[0, step])
+            lg.predict_cov(P, Phi[0, step], Qd[0, step], out=P)
             m = lg.predict_mean(m, Phi[0, step], offset[0, step])
         else:  # covariances per group, means per sequence
-            P = lg.predict_cov(P, Phi[batch.time_group, step], Qd[batch.time_group, step])
+            lg.predict_cov(P, Phi[batch.time_group, step], Qd[batch.time_group, step], out=P)
             m = lg.predict_mean(m, Phi[seq_grid, step], offset[seq_grid, step])
         upd = batch.group_observed[:, step]
         n_upd = int(np.count_nonzero(upd))
@@ -425,16 +426,18 @@ def _grouped_filter(measurement, batch: _GroupedBatch, Phi, offset, Qd, prior_me
             every = n_upd == G
             masked = not every and zero_gain
             if every or masked:  # all groups at once; with `masked` the missing get W = 0
-                P, W, L, logdet = lg.update_stack(P, C, R, identity, active=upd if masked else None)
+                P, W, Linv, logdet = lg.update_stack(
+                    P, C, R, identity, active=upd if masked else None
+                )
                 rows = slice(None)
                 slot = sorted_group
             else:
-                new, W, L, logdet = lg.update_stack(P[upd], C, R, identity)
+                new, W, Linv, logdet = lg.update_stack(P[upd], C, R, identity)
                 P[upd] = new  # P is the fresh array of this step's prediction
                 rows = upd[sorted_group]  # sorted sequences whose group is observed
                 slot = np.repeat(np.arange(n_upd), counts[upd])
             if not singletons:  # each sequence takes its group's factors
-                W, L, logdet = W[slot], L[slot], logdet[slot]
+                W, Linv, logdet = W[slot], Linv[slot], logdet[slot]
             # Innovations of the observed sequences, whitened by their group's factor:
             # w = L^-1 e, m += W^T w (= K e with K = W^T L^-1), -1/2 (|w|^2 + log det S).
             seqs = rows if isinstance(order, slice) else order[rows]
@@ -442,7 +445,7 @@ def _grouped_filter(measurement, batch: _GroupedBatch, Phi, offset, Qd, prior_me
             if masked:  # missing ones (NaN allowed in z) contribute nothing
                 seen = upd[sorted_group]
                 e = np.where(seen[:, None], e, 0.0)
-            w = stacked.solve_lower(L, e)
+            w = np.einsum("nij,nj->ni", Linv, e)
             correction = np.einsum("nkd,nk->nd", W, w)
             if every or masked:
                 m = m + correction
