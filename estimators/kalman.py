@@ -432,8 +432,9 @@ def _grouped_filter(measurement, batch: _GroupedBatch, Phi, offset, Qd, prior_me
                 rows = slice(None)
                 slot = sorted_group
             else:
-                new, W, Linv, logdet = lg.update_stack(P[upd], C, R, identity)
-                P[upd] = new  # P is the fresh array of this step's prediction
+                index = np.flatnonzero(upd)
+                new, W, Linv, logdet = lg.update_stack(P.take(index, axis=0), C, R, identity)
+                P[index] = new
                 rows = upd[sorted_group]  # sorted sequences whose group is observed
                 slot = np.repeat(np.arange(n_upd), counts[upd])
             if not singletons:  # each sequence takes its group's factors
@@ -441,12 +442,12 @@ def _grouped_filter(measurement, batch: _GroupedBatch, Phi, offset, Qd, prior_me
             # Innovations of the observed sequences, whitened by their group's factor:
             # w = L^-1 e, m += W^T w (= K e with K = W^T L^-1), -1/2 (|w|^2 + log det S).
             seqs = rows if isinstance(order, slice) else order[rows]
-            e = z[seqs, step] - m[rows] @ C.T - bias
+            e = z[seqs, step] - (m[rows] if identity else m[rows] @ C.T) - bias
             if masked:  # missing ones (NaN allowed in z) contribute nothing
                 seen = upd[sorted_group]
                 e = np.where(seen[:, None], e, 0.0)
-            w = np.einsum("nij,nj->ni", Linv, e)
-            correction = np.einsum("nkd,nk->nd", W, w)
+            w = np.matmul(Linv, e[:, :, None])[:, :, 0]  # one small BLAS call per row
+            correction = np.matmul(w[:, None, :], W)[:, 0]
             if every or masked:
                 m = m + correction
             else:
