@@ -200,9 +200,10 @@ def kalman_filter(
     (which do not depend on the data) are computed once, stopping at the steady state, and
     each step of the means is two matrix products on (B, .) arrays. Otherwise covariances are
     kept per group of sequences that share both, and each step predicts all groups at once and
-    updates the observed ones at once (`linear_gaussian.update_stack`: one Cholesky factor
-    ``L`` per group, ``W = L^-1 C P``, ``P = P- - W^T W``; each sequence's mean then moves by
-    ``W^T L^-1 e``). For d, k <= 4 on one time grid the groups sit on the last axis and every
+    updates the observed ones at once (`linear_gaussian.update_stack`: one inverse Cholesky
+    factor ``L^-1`` per group, computed for the whole stack at once by
+    `stacked.inverse_cholesky`, ``W = L^-1 C P``, ``P = P- - W^T W``; each sequence's mean then
+    moves by ``W^T L^-1 e``). For d, k <= 4 on one time grid the groups sit on the last axis and every
     group is updated, a missing one with zero gain (`_grouped_filter_small`).
 
     Parameters
