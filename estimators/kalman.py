@@ -200,9 +200,10 @@ def kalman_filter(
     (which do not depend on the data) are computed once, stopping at the steady state, and
     each step of the means is two matrix products on (B, .) arrays. Otherwise covariances are
     kept per group of sequences that share both, and each step predicts all groups at once and
-    updates the observed ones at once (`linear_gaussian.update_stack`: one Cholesky factor
-    ``L`` per group, ``W = L^-1 C P``, ``P = P- - W^T W``; each sequence's mean then moves by
-    ``W^T L^-1 e``). For d, k <= 4 on one time grid the groups sit on the last axis and every
+    updates the observed ones at once (`linear_gaussian.update_stack`: one inverse Cholesky
+    factor ``L^-1`` per group, computed for the whole stack at once by
+    `stacked.inverse_cholesky`, ``W = L^-1 C P``, ``P = P- - W^T W``; each sequence's mean then
+    moves by ``W^T L^-1 e``). For d, k <= 4 on one time grid the groups sit on the last axis and every
     group is updated, a missing one with zero gain (`_grouped_filter_small`).
 
     Parameters
@@ -403,21 +404,22 @@ def _grouped_filter(measurement, batch: _GroupedBatch, Phi, offset, Qd, prior_me
     zero_gain = max(d, k) <= stacked.SMALL
     means, covs = np.empty((T, B, d)), np.empty((G, T, d, d))
     loglik = np.zeros(B)  # sorted order
+    P = np.empty((G, d, d))  # this step's covariances: predicted in place, then updated
     if prior_cov is None:
-        P = np.broadcast_to(lg.diffuse_covariance(measurement), (G, d, d))
+        P[:] = lg.diffuse_covariance(measurement)
         m = lg.diffuse_mean(measurement, z[order, 0], P[0])
         means[0, order], covs[:, 0] = m, P
         first = 1
     else:
-        P = np.broadcast_to(prior_cov, (G, d, d))
+        P[:] = prior_cov
         m = np.broadcast_to(prior_mean, (B, d))
         first = 0
     for step in range(first, T):
         if shared_grid:
-            P = lg.predict_cov(P, Phi[0, step], Qd[0, step])
+            lg.predict_cov(P, Phi[0, step], Qd[0, step], out=P)
             m = lg.predict_mean(m, Phi[0, step], offset[0, step])
         else:  # covariances per group, means per sequence
-            P = lg.predict_cov(P, Phi[batch.time_group, step], Qd[batch.time_group, step])
+            lg.predict_cov(P, Phi[batch.time_group, step], Qd[batch.time_group, step], out=P)
             m = lg.predict_mean(m, Phi[seq_grid, step], offset[seq_grid, step])
         upd = batch.group_observed[:, step]
         n_upd = int(np.count_nonzero(upd))
@@ -425,25 +427,28 @@ def _grouped_filter(measurement, batch: _GroupedBatch, Phi, offset, Qd, prior_me
             every = n_upd == G
             masked = not every and zero_gain
             if every or masked:  # all groups at once; with `masked` the missing get W = 0
-                P, W, L, logdet = lg.update_stack(P, C, R, identity, active=upd if masked else None)
+                P, W, Linv, logdet = lg.update_stack(
+                    P, C, R, identity, active=upd if masked else None
+                )
                 rows = slice(None)
                 slot = sorted_group
             else:
-                new, W, L, logdet = lg.update_stack(P[upd], C, R, identity)
-                P[upd] = new  # P is the fresh array of this step's prediction
+                index = np.flatnonzero(upd)
+                new, W, Linv, logdet = lg.update_stack(P.take(index, axis=0), C, R, identity)
+                P[index] = new
                 rows = upd[sorted_group]  # sorted sequences whose group is observed
                 slot = np.repeat(np.arange(n_upd), counts[upd])
             if not singletons:  # each sequence takes its group's factors
-                W, L, logdet = W[slot], L[slot], logdet[slot]
+                W, Linv, logdet = W[slot], Linv[slot], logdet[slot]
             # Innovations of the observed sequences, whitened by their group's factor:
             # w = L^-1 e, m += W^T w (= K e with K = W^T L^-1), -1/2 (|w|^2 + log det S).
             seqs = rows if isinstance(order, slice) else order[rows]
-            e = z[seqs, step] - m[rows] @ C.T - bias
+            e = z[seqs, step] - (m[rows] if identity else m[rows] @ C.T) - bias
             if masked:  # missing ones (NaN allowed in z) contribute nothing
                 seen = upd[sorted_group]
                 e = np.where(seen[:, None], e, 0.0)
-            w = stacked.solve_lower(L, e)
-            correction = np.einsum("nkd,nk->nd", W, w)
+            w = np.matmul(Linv, e[:, :, None])[:, :, 0]  # one small BLAS call per row
+            correction = np.matmul(w[:, None, :], W)[:, 0]
             if every or masked:
                 m = m + correction
             else:

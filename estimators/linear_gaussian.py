@@ -229,9 +229,17 @@ def predict_mean(m: np.ndarray, F: np.ndarray, offset: np.ndarray) -> np.ndarray
     return np.einsum("...ij,...j->...i", F, m) + offset
 
 
-def predict_cov(P: np.ndarray, F: np.ndarray, Qd: np.ndarray) -> np.ndarray:
-    """``P- = F P F^T + Q_d`` (symmetrised), for (..., d, d) stacks that broadcast."""
-    return sym(stacked.matmul(stacked.matmul(F, P), transpose(F)) + Qd)
+def predict_cov(P: np.ndarray, F: np.ndarray, Qd: np.ndarray, out=None) -> np.ndarray:
+    """``P- = F P F^T + Q_d`` (symmetrised), for (..., d, d) stacks that broadcast.
+
+    ``out``, when given, receives ``P-`` and is returned; it may be ``P`` itself (the
+    products are formed first), which saves a (G, d, d) array per step in a filter loop.
+    """
+    M = stacked.matmul(stacked.matmul(F, P), transpose(F))
+    M = np.add(M, Qd, out=M if M.shape == np.broadcast_shapes(M.shape, Qd.shape) else None)
+    out = np.add(M, transpose(M), out=out)  # sym: (M + M^T) / 2, the same bits
+    out *= 0.5
+    return out
 
 
 def predict(m, P, F, offset, Qd):
@@ -269,29 +277,29 @@ def update_stack(P: np.ndarray, C: np.ndarray, R: np.ndarray, identity=None, act
     """`update` for a stack of covariances P (n, d, d), returning the whitened gain instead.
 
     The same algebra, ``S = C P C^T + R = L L^T``, ``W = L^-1 C P``, ``P+ = P - W^T W``, with
-    the kernels of `estimators.stacked` (a broadcast-sum product for small d, numpy's BLAS
-    loop above; forward substitution over the k rows for ``W``) and ``C P = P``,
-    ``S = P + R`` when ``C`` is the identity. Instead of ``K`` and ``L^-1`` it returns ``W``
-    and ``L``: a caller whitens an innovation by ``w = L^-1 e`` (`stacked.solve_lower`) and
-    corrects the mean by ``K e = W^T w``, which saves forming ``L^-1`` and ``K``.
-    ``identity`` says whether ``C`` is the identity (`is_identity`; computed when None).
-    ``active`` (n,) bool, when given, marks the matrices that are updated: the others get
-    ``W = 0``, so ``P+ = P`` (their ``L`` and ``log det S`` are returned but mean nothing).
-    Returns ``(P+, W, L, log det S)``: (n, d, d), (n, k, d), (n, k, k), (n,).
+    the kernels of `estimators.stacked` (``L^-1`` and ``log det S`` vectorised over the stack
+    by `stacked.inverse_cholesky`; the products by `stacked.matmul`) and ``C P = P``,
+    ``S = P + R`` when ``C`` is the identity. Instead of ``K`` it returns ``W``: a caller
+    whitens an innovation by ``w = L^-1 e`` and corrects the mean by ``K e = W^T w``, which
+    saves forming ``K``. ``identity`` says whether ``C`` is the identity (`is_identity`;
+    computed when None). ``active`` (n,) bool, when given, marks the matrices that are
+    updated: the others get ``W = 0``, so ``P+ = P`` (their ``L^-1`` and ``log det S`` are
+    returned but mean nothing).
+    Returns ``(P+, W, L^-1, log det S)``: (n, d, d), (n, k, d), (n, k, k), (n,).
     """
     if identity is None:
         identity = is_identity(C)
     if identity:
-        CP, S = P, P + R
+        CP = P
+        Linv, logdet = stacked.inverse_cholesky(P, shift=R)
     else:
         CP = stacked.matmul(C, P)
-        S = stacked.matmul(CP, C.T) + R
-    L = stacked.cholesky(S)
-    W = stacked.solve_lower(L, CP)
+        Linv, logdet = stacked.inverse_cholesky(stacked.matmul(CP, C.T) + R)
+    W = stacked.matmul(Linv, CP)
     if active is not None:
         W *= active[:, None, None]
     # ``W^T W`` comes out exactly symmetric (BLAS syrk for the transposed pair, or equal
     # products summed in the same order), so ``P+`` is as symmetric as ``P``.
-    P_new = P - stacked.matmul(transpose(W), W)
-    logdet = 2.0 * np.sum(np.log(np.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
-    return P_new, W, L, logdet
+    P_new = stacked.matmul(transpose(W), W)
+    np.subtract(P, P_new, out=P_new)
+    return P_new, W, Linv, logdet

@@ -200,7 +200,16 @@ def test_a_delay_that_rounds_the_times_together_is_refused_by_every_estimator():
 
 
 @pytest.mark.parametrize(
-    ("d", "k", "diffuse"), [(2, 2, False), (2, 1, False), (3, 3, True), (5, 5, False), (5, 3, True)]
+    ("d", "k", "diffuse"),
+    [
+        (2, 2, False),
+        (2, 1, False),
+        (3, 3, True),
+        (5, 5, False),
+        (5, 3, True),
+        (9, 6, False),
+        (16, 16, False),  # the benchmark's size, C = I
+    ],
 )
 def test_per_sequence_masks_on_one_grid_equal_separate_runs(d, k, diffuse):
     # Every sequence its own mask on one time grid: the grouped paths (group-last for d, k <= 4,
