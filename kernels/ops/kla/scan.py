@@ -23,6 +23,7 @@ from collections.abc import Callable
 
 import torch
 
+from kernels.ops.kla.chunked import chunked_filter
 from kernels.ops.kla.params import (
     SCAN_METHODS,
     KLAScanResult,
@@ -226,6 +227,9 @@ def kla_scan_torch(
     k, lam_v, v, a_bar, p_bar, q, lam0, eta0, shape = prepare(
         k, value_precision, v, a_bar, p_bar, q, lam0, eta0
     )
+    if method == "chunked":
+        readouts = chunked_filter(k, lam_v, v, a_bar, p_bar, lam0, eta0, shape)
+        return _result(*readouts, q)
     k_lam_v = k * lam_v
     phi = (k_lam_v * k).expand(shape)
     b = (k_lam_v * v).expand(shape)
