@@ -26,9 +26,11 @@ carries the information mean (Thm 2, eq. (19)).
    ``mu = a_bar mu + var (b - a_bar phi mu)`` (= ``g mu + u`` with ``g = a_bar (1 - phi var)``,
    ``u = b var``), writing the four readouts of each slice in place.
 
-Work: about 25 small ops per position over ``(B, L, *S)`` slices plus 3 per chunk, against 6 ops
-per token for the token loop; T is never swept more than the outputs require. Forward only: the
-buffers are written in place, so autograd cannot differentiate it (`chunked_filter` raises).
+Work: 17 small ops per position over ``(B, L, *S)`` slices (7 in pass 1, stacked over two
+columns where it can, plus a normalisation every K; 10 in pass 3) and 3 per chunk, so
+``~17 C + 3 T / C`` torch calls against the token loop's ``~6 T``; every element of an output is
+written once and the inputs are read twice. Forward only: the buffers are written in place, so
+autograd cannot differentiate it (`chunked_filter` raises).
 
 Shapes: ``k``, ``lam_v``, ``v`` as `kernels.ops.kla.params.prepare` returns them (broadcasting to
 the token shape ``(B, T, *S)``, not expanded), ``a_bar``, ``p_bar`` expanded views of the token
@@ -42,20 +44,30 @@ import math
 
 import torch
 
-# chunk length C = ceil(CHUNK_FACTOR sqrt(T)): balances ~25 ops per position (passes 1 and 3)
-# against ~3 per chunk (pass 2); measured on the bench_scan workload, see chunked_filter
-CHUNK_FACTOR = 1.0
+# torch runs an elementwise op on one thread below this many elements (at::internal::GRAIN_SIZE)
+SERIAL_ELEMENTS = 32768
 
 
-def chunk_length(steps: int) -> int:
-    """The default chunk length C for T = ``steps`` tokens (1 <= C <= T)."""
-    return max(1, min(steps, math.ceil(CHUNK_FACTOR * math.sqrt(steps))))
+def chunk_length(steps: int, width: int = 1) -> int:
+    """The default chunk length C for T = ``steps`` tokens of ``width = B |S|`` channels.
+
+    ``C = ceil(sqrt(T))`` balances the ~18 ops per position (passes 1 and 3) against the 3 per
+    chunk (pass 2); C is then raised, up to ``4 sqrt(T)``, until a position's slice of the
+    L = T // C chunks has fewer than `SERIAL_ELEMENTS` elements, so that torch runs each small op
+    on one thread: on a busy 2-core machine the intra-op pool made the bench_scan workload
+    (width 256, T = 2^16) several times slower at C = 256 than at C = 517 (and ~10% faster on one
+    thread). Always ``1 <= C <= T``.
+    """
+    root = math.isqrt(steps - 1) + 1 if steps > 1 else 1  # ceil(sqrt(T))
+    serial = math.ceil(steps * width / (SERIAL_ELEMENTS - 1))
+    return max(1, min(steps, max(root, min(serial, 4 * root))))
 
 
 def chunked_filter(k, lam_v, v, a_bar, p_bar, lam0, eta0, shape, *, chunk: int | None = None):
     """Precision, information mean, mean and variance ``(B, T, *S)`` of KLA's filter, chunked.
 
-    See the module docstring for the three passes. ``chunk`` is C (default `chunk_length`).
+    See the module docstring for the three passes. ``chunk`` is C (default `chunk_length`);
+    ``shape`` the token shape ``(B, T, *S)``.
 
     Returns
     -------
@@ -74,7 +86,8 @@ def chunked_filter(k, lam_v, v, a_bar, p_bar, lam0, eta0, shape, *, chunk: int |
             "torch.no_grad() or use method='parallel' or 'sequential' for gradients"
         )
     steps = shape[1]
-    chunk = chunk_length(steps) if chunk is None else chunk
+    width = shape[0] * math.prod(shape[2:])
+    chunk = chunk_length(steps, width) if chunk is None else chunk
     if not isinstance(chunk, int) or chunk < 1:
         raise ValueError(f"chunk must be a positive integer, found {chunk!r}")
     chunk = min(chunk, steps)
