@@ -194,15 +194,17 @@ def _carries(summaries, var, mu):
     first token (B, 1, *S): ``(x, y, z) = H (1, var, mu)``, then ``var = y / x``, ``mu = z / x``."""
     products, w = summaries
     chunks = w.shape[1]
-    beliefs = torch.empty((2, *w.shape), dtype=w.dtype, device=w.device)
-    beliefs[0, :, :1] = var
-    beliefs[1, :, :1] = mu
-    from_x, from_y = products[:, 0], products[:, 1]  # (3, B, L, *S)
+    # chunk-major copies (7 numbers per chunk and channel) so that each step reads whole rows
+    from_x, from_y = (products[:, i].movedim(2, 0).contiguous().unbind(0) for i in (0, 1))
+    w = w.movedim(1, 0).unbind(0)
+    beliefs = torch.empty((chunks, 2, *var[:, 0].shape), dtype=var.dtype, device=var.device)
+    beliefs[0, 0], beliefs[0, 1] = var[:, 0], mu[:, 0]
+    pairs, variances, means = beliefs.unbind(0), beliefs[:, 0].unbind(0), beliefs[:, 1].unbind(0)
     for j in range(chunks - 1):
-        xyz = torch.addcmul(from_x[:, :, j], from_y[:, :, j], beliefs[0, :, j])
-        xyz[2].addcmul_(w[:, j], beliefs[1, :, j])
-        torch.div(xyz[1:], xyz[0], out=beliefs[:, :, j + 1])
-    return beliefs[0], beliefs[1]
+        xyz = torch.addcmul(from_x[j], from_y[j], variances[j])  # (3, B, *S)
+        xyz[2].addcmul_(w[j], means[j])
+        torch.div(xyz[1:], xyz[0], out=pairs[j + 1])
+    return beliefs[:, 0].movedim(0, 1), beliefs[:, 1].movedim(0, 1)
 
 
 def _filter(tokens: _Positions, views: _Positions, var, mu):
