@@ -151,11 +151,13 @@ def test_chunked_is_forward_only():
 
 
 def test_chunk_length_rule_and_argument():
-    """C = ceil(sqrt T) unless a position's slice reaches torch's serial limit; 1 <= C <= T."""
+    """C = ceil(sqrt T) unless pass 1's two-column slices reach torch's serial limit (then C
+    grows up to 8 sqrt T); 1 <= C <= T."""
     assert [chunk_length(t) for t in (1, 2, 4, 5, 4096)] == [1, 2, 2, 3, 64]
     for steps, width in ((65536, 256), (16384, 256), (4096, 256), (10**6, 16)):
         chunk = chunk_length(steps, width)
-        assert (steps // chunk) * width < SERIAL_ELEMENTS or chunk == 4 * int(np.ceil(steps**0.5))
+        serial = 2 * (steps // chunk) * width < SERIAL_ELEMENTS
+        assert serial or chunk == 8 * int(np.ceil(steps**0.5))
     assert chunk_length(7, 10**9) == 7
     x = torch.zeros(1, 4, 2, dtype=F64)
     args = prepare(x, 1.0, x, 0.9, 0.1, None, 1.0, 0.0)

@@ -51,16 +51,17 @@ SERIAL_ELEMENTS = 32768
 def chunk_length(steps: int, width: int = 1) -> int:
     """The default chunk length C for T = ``steps`` tokens of ``width = B |S|`` channels.
 
-    ``C = ceil(sqrt(T))`` balances the ~18 ops per position (passes 1 and 3) against the 3 per
-    chunk (pass 2); C is then raised, up to ``4 sqrt(T)``, until a position's slice of the
-    L = T // C chunks has fewer than `SERIAL_ELEMENTS` elements, so that torch runs each small op
-    on one thread: on a busy 2-core machine the intra-op pool made the bench_scan workload
-    (width 256, T = 2^16) several times slower at C = 256 than at C = 517 (and ~10% faster on one
-    thread). Always ``1 <= C <= T``.
+    ``C = ceil(sqrt(T))`` balances the ~17 ops per position (passes 1 and 3) against the 3 per
+    chunk (pass 2); C is then raised, up to ``8 sqrt(T)``, until pass 1's two-column slices
+    (``2 L width`` elements, L = T // C) stay under `SERIAL_ELEMENTS`, so that torch runs every
+    per-position op on one thread. On this project's busy 2-core machine the intra-op pool made
+    the bench_scan workload (width 256, T = 2^16) 2-4x slower with 2 threads than with 1 at
+    C = 256 and 513, whose stacked slices exceed the limit; on one thread C = 1025 costs ~10%
+    more than C = 256. Always ``1 <= C <= T``.
     """
     root = math.isqrt(steps - 1) + 1 if steps > 1 else 1  # ceil(sqrt(T))
-    serial = math.ceil(steps * width / (SERIAL_ELEMENTS - 1))
-    return max(1, min(steps, max(root, min(serial, 4 * root))))
+    serial = math.ceil(steps * 2 * width / (SERIAL_ELEMENTS - 1))
+    return max(1, min(steps, max(root, min(serial, 8 * root))))
 
 
 def chunked_filter(k, lam_v, v, a_bar, p_bar, lam0, eta0, shape, *, chunk: int | None = None):
@@ -170,7 +171,6 @@ def _summaries(tokens: _Positions, every: int):
     products[1, 1] = 1.0
     w = torch.ones_like(first)
     x, y, z = products
-    block = products[:2]
     timed = tokens.positions[4][0] is not tokens.positions[4][-1]  # a_bar varies along T
     since = 0  # steps since w last absorbed a time-invariant a_bar
     for c in range(tokens.chunk):
@@ -183,9 +183,9 @@ def _summaries(tokens: _Positions, every: int):
             w.mul_(a_bar if timed else a_bar.pow(since))
             since = 0
         if (c + 1) % every == 0 or c + 1 == tokens.chunk:
-            scale = block.sum(dim=(0, 1))
-            products.div_(scale)
-            w.div_(scale)
+            scale = torch.add(x[0], x[1]).add_(y[0]).add_(y[1])  # one slice at a time: serial
+            for row in (x, y, z, w):
+                row.div_(scale)
     return products, w
 
 
