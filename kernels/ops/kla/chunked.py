@@ -1,7 +1,7 @@
 """KLA's filter as a chunked scan for the CPU (seed 001, Thms 1-2, Cor. 2.2; ``method="chunked"``).
 
 The sequence of T tokens is cut into L = T // C chunks of C tokens (the last ``T - L C`` tokens
-are a tail run by the step). Position c of every chunk is one strided slice ``(B, L, *S)`` of
+are a tail, filtered by pass 3 as one short chunk after the others). Position c of every chunk is one strided slice ``(B, L, *S)`` of
 the token arrays, so each pass below is a loop over the C positions whose every torch op covers
 all L chunks at once, on slices small enough to stay in the cache; no pass sweeps the whole
 sequence through memory more than once (the outputs are written slice by slice, in place).
