@@ -163,3 +163,23 @@ def test_chunk_length_rule_and_argument():
     args = prepare(x, 1.0, x, 0.9, 0.1, None, 1.0, 0.0)
     with pytest.raises(ValueError, match="chunk"):
         chunked_filter(*args[:5], *args[6:8], args[8], chunk=0)
+
+
+def test_layer_with_chunked_method_for_inference():
+    """`KalmanLinearAttention(method="chunked")`: under no_grad its output equals the parallel
+    layer's (same seed) to float32 round-off; a training forward raises the forward-only error."""
+    from kernels.layers.kla import KalmanLinearAttention
+
+    x = torch.randn(2, 50, 8, generator=torch.Generator().manual_seed(1))
+    layers = {
+        m: KalmanLinearAttention(8, 4, method=m, generator=torch.Generator().manual_seed(0))
+        for m in ("chunked", "parallel")
+    }
+    with torch.no_grad():
+        out = {m: layer(x)[0] for m, layer in layers.items()}
+    scale = out["parallel"].abs().max().item()
+    # float32: both regroup one contracting filter over 50 tokens; 1e-5 of the output's scale
+    # is ~100 ulp, far above the ~1e-7 observed and far below any modelling error
+    assert_close("output", out["chunked"], out["parallel"], atol=1e-5 * scale)
+    with pytest.raises(RuntimeError, match="forward-only"):
+        layers["chunked"](x)
