@@ -134,6 +134,18 @@ def test_chunked_p0_fp32_mean_matches_float64():
     assert torch.isfinite(res.variance).all()
 
 
+def test_chunked_batch_carried_by_one_argument_only():
+    """Keys without a batch axis of their own (1, T, D) and values of batch 2: the chunks take
+    the token shape's batch, not the keys'; equal to the sequential loop in float64."""
+    g = torch.Generator().manual_seed(7)
+    k = torch.randn(1, 40, 3, generator=g, dtype=F64)
+    v = torch.randn(2, 40, 3, generator=g, dtype=F64)
+    res = kla_scan(k, 1.0, v, 0.9, 0.1, method="chunked")
+    ref = kla_scan(k, 1.0, v, 0.9, 0.1, method="sequential")
+    assert_close("mean", res.mean, ref.mean, atol=1e-13)
+    assert_close("precision", res.precision, ref.precision, atol=0, rtol=1e-13)
+
+
 def test_chunked_is_forward_only():
     """Inputs that require gradients: a RuntimeError naming the methods that differentiate;
     under torch.no_grad the same inputs run and agree with the parallel scan."""

@@ -119,13 +119,13 @@ def kla_scan(
     lam0, eta0 : belief before the first token, broadcasting to (B, *S); ``lam0 > 0``. The paper
         never states them; the defaults ``lam0 = 1, eta0 = 0`` are the authors' code (digest 1.13).
     method : ``"parallel"`` (odd-even scans: O(log T) depth, O(T) work), ``"hillis-steele"``
-        (doubling scans: O(log T) depth, O(T log T) work) or ``"sequential"`` (a loop of
+        (doubling scans: O(log T) depth, O(T log T) work), ``"sequential"`` (a loop of
         `kla_step`; with ``p_bar = 0`` its information state overflows fp32 after about
         ``44 / (a dt)`` tokens, where the scans stay finite) or ``"chunked"`` (forward only, for
         the CPU: each chunk's 3x3 homogeneous map composed at once for ~sqrt(T) chunks, then the
-        step from each chunk's incoming belief, `kernels.ops.kla.chunked`; ~10x the token loop
-        and ~2-5x ``"parallel"`` on bench_scan's workload at T = 2^12 .. 2^16; raises
-        RuntimeError when an input requires gradients). Used by the torch backend.
+        step from each chunk's incoming belief, `kernels.ops.kla.chunked`; 8-9x the token loop
+        on one thread on bench_scan's workload at T = 2^12 .. 2^16; raises RuntimeError when an
+        input requires gradients). Used by the torch backend.
     backend : ``"auto"`` (the Triton chunked scan `kernels.ops.kla.triton.kla_scan_triton` when
         ``k`` is a CUDA tensor of dtype float32/bfloat16/float16 and ``method="parallel"``, else
         the torch form `kernels.ops.kla.scan.kla_scan_torch`), ``"torch"`` or ``"triton"`` (on

@@ -1,10 +1,11 @@
 """KLA's filter as a chunked scan for the CPU (seed 001, Thms 1-2, Cor. 2.2; ``method="chunked"``).
 
 The sequence of T tokens is cut into L = T // C chunks of C tokens (the last ``T - L C`` tokens
-are a tail, filtered by pass 3 as one short chunk after the others). Position c of every chunk is one strided slice ``(B, L, *S)`` of
-the token arrays, so each pass below is a loop over the C positions whose every torch op covers
-all L chunks at once, on slices small enough to stay in the cache; no pass sweeps the whole
-sequence through memory more than once (the outputs are written slice by slice, in place).
+are a tail, filtered by pass 3 as one short chunk after the others). Position c of every chunk
+is one strided slice ``(B, L, *S)`` of the token arrays, so each pass below is a loop over the
+C positions whose every torch op covers all L chunks at once, on slices small enough to stay in
+the cache; no pass sweeps the whole sequence through memory more than once (the outputs are
+written slice by slice, in place).
 
 With ``phi_t = k_t^2 Lambda^v_t`` and ``b_t = k_t Lambda^v_t v_t`` the filter step (eqs.
 (18)-(19)) is linear on homogeneous coordinates ``(x, y, z)`` with ``lam = x / y``,
@@ -102,7 +103,8 @@ def chunked_filter(k, lam_v, v, a_bar, p_bar, lam0, eta0, shape, *, chunk: int |
     chunks = steps // chunk
     if chunks > 1:
         every = _normalise_every(k, lam_v, v, a_bar, p_bar, chunk)
-        summaries = _summaries(_Positions(inputs, 0, chunks, chunk), every)
+        slices = (shape[0], chunks, *shape[2:])  # one position of every chunk
+        summaries = _summaries(_Positions(inputs, 0, chunks, chunk), slices, every)
         var, mu = _carries(summaries, var, mu)
     if chunks > 0:
         tokens, views = (_Positions(x, 0, chunks, chunk) for x in (inputs, outs))
@@ -161,15 +163,15 @@ def _normalise_every(k, lam_v, v, a_bar, p_bar, chunk: int) -> int:
     return int(max(1, min(chunk, steps)))
 
 
-def _summaries(tokens: _Positions, every: int):
-    """Pass 1: each chunk's product, as ``(H, w)``: ``H`` (3, 2, B, L, *S) holds the x, y, z
-    rows of the columns fed by x and by y; ``w`` (B, L, *S) the z-entry of the column fed by z."""
-    k2, lam_v, k, lam_v_v, a_bar, a2, p_bar = tokens[0]
-    first = torch.broadcast_tensors(k2 * lam_v, a_bar, p_bar)[0]
-    products = torch.zeros((3, 2, *first.shape), dtype=first.dtype, device=first.device)
+def _summaries(tokens: _Positions, slices: tuple, every: int):
+    """Pass 1: each chunk's product, as ``(H, w)``: ``H`` (3, 2, *slices) holds the x, y, z
+    rows of the columns fed by x and by y; ``w`` (``slices = (B, L, *S)``) the z-entry of the
+    column fed by z."""
+    like = tokens[0][0]
+    products = torch.zeros((3, 2, *slices), dtype=like.dtype, device=like.device)
     products[0, 0] = 1.0  # the identity: x from x, y from y
     products[1, 1] = 1.0
-    w = torch.ones_like(first)
+    w = torch.ones(slices, dtype=like.dtype, device=like.device)
     x, y, z = products
     timed = tokens.positions[4][0] is not tokens.positions[4][-1]  # a_bar varies along T
     since = 0  # steps since w last absorbed a time-invariant a_bar
