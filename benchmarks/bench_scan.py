@@ -32,8 +32,10 @@ Torch section (after the numpy table; ``--skip-torch`` leaves it out): the torch
 filters (default B = 1, N = 16, D = 16), forward only under ``torch.no_grad``, at
 T = 2^8 .. 2^16 (quick: 2^8, 2^10): ``parallel`` (the odd-even work-efficient scan, 2 ceil(log2 T)
 levels, O(T) work) and ``hillis-steele`` (doubling, ceil(log2 T) levels, O(T log T) work), each
-level a few whole-sequence torch ops, against ``sequential`` (a loop of T `kla_step` calls, the
-O(1)-per-token decoding form); repeats interleaved as in the numpy section. ``--device cuda``
+level a few whole-sequence torch ops, and ``chunked`` (`kernels.ops.kla.chunked`: ~sqrt(T)
+chunks, each torch op one position of every chunk, the sequence swept about once), against
+``sequential`` (a loop of T `kla_step` calls, the O(1)-per-token decoding form); repeats
+interleaved as in the numpy section; ``--torch-lengths`` replaces the lengths. ``--device cuda``
 runs it on a GPU (synchronised timings). Each
 row gives the best wall time and the largest difference of the posterior means from the
 sequential loop.
@@ -60,7 +62,7 @@ from estimators.closed_forms import kla
 from estimators.scan import FILTER_METHODS, kla_filter
 
 BASELINE = "sequential"
-TORCH_METHODS = ("sequential", "parallel", "hillis-steele")
+TORCH_METHODS = ("sequential", "parallel", "hillis-steele", "chunked")
 
 
 def make_problem(B: int, T: int, D: int, seed: int):
@@ -86,18 +88,21 @@ def main(argv=None) -> int:
     parser.add_argument("--skip-torch", action="store_true", help="numpy section only")
     parser.add_argument("--skip-numpy", action="store_true", help="torch section only")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    parser.add_argument(
+        "--torch-lengths", type=int, nargs="+", help="torch section's T (default 2^8 .. 2^16)"
+    )
     args = parser.parse_args(argv)
     lengths = args.lengths or ([100, 1000] if args.quick else [1000, 10_000, 100_000])
     B = args.batch or (2 if args.quick else 8)
     D = args.channels or (4 if args.quick else 16)
     repeats = args.repeats or (1 if args.quick else 3)
-    if min(lengths) < 1 or B < 1 or D < 1 or repeats < 1:
+    if min(lengths + (args.torch_lengths or [1])) < 1 or B < 1 or D < 1 or repeats < 1:
         parser.error("lengths, --batch, --channels and --repeats must be >= 1")
     methods = list(FILTER_METHODS)
     if not args.skip_numpy:
         numpy_section(lengths, B, D, repeats, methods)
     if not args.skip_torch:
-        torch_section(args.quick, args.device, repeats)
+        torch_section(args.quick, args.device, repeats, args.torch_lengths)
     return 0
 
 
@@ -133,14 +138,14 @@ def numpy_section(lengths, B, D, repeats, methods) -> None:
             )
 
 
-def torch_section(quick: bool, device: str, repeats: int) -> None:
+def torch_section(quick: bool, device: str, repeats: int, lengths=None) -> None:
     """Torch `kla_scan`, the scans against the token loop, float32, forward only (interleaved
     repeats)."""
     import torch
 
     from kernels.ops.kla import kla_scan, ou_prior
 
-    lengths = [2**8, 2**10] if quick else [2**e for e in range(8, 17, 2)]
+    lengths = lengths or ([2**8, 2**10] if quick else [2**e for e in range(8, 17, 2)])
     B, N, D = (1, 4, 8) if quick else (1, 16, 16)
     dev = torch.device(device)
 

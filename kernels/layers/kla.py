@@ -77,7 +77,9 @@ class KalmanLinearAttention(nn.Module):
     num_slots : N state slots per channel (the paper's ``d_state``, default 16).
     p_convention : ``"paper"`` (``p_bar`` carries ``p^2``, eq. (8)) or ``"code"`` (``p``).
     process_noise : False gives ``p_bar = 0`` (the p = 0 ablation; no ``p`` parameter).
-    method : ``"parallel"`` or ``"sequential"`` (see `kernels.ops.kla.kla_scan`).
+    method : ``"parallel"``, ``"sequential"`` or another of `kernels.ops.kla.SCAN_METHODS` (see
+        `kernels.ops.kla.kla_scan`); ``"chunked"`` is forward-only (inference under
+        ``torch.no_grad``): it raises when the parameters require gradients.
     backend : ``"auto"`` (the chunked Triton scan for CUDA tensors in float32, bfloat16 or
         float16 with ``method="parallel"``, torch otherwise), ``"torch"`` or ``"triton"``
         (`kernels.backend.use_triton`); passed to `kernels.ops.kla.kla_scan` at every forward.

@@ -54,7 +54,7 @@ def _fields(res):
 
 
 @pytest.mark.parametrize("zero_p", [False, True])
-@pytest.mark.parametrize("method", ["parallel", "hillis-steele", "sequential"])
+@pytest.mark.parametrize("method", ["parallel", "hillis-steele", "sequential", "chunked"])
 @pytest.mark.parametrize("T", [1, 2, 37, 64])
 def test_scan_equals_numpy_information_filter(zero_p, method, T):
     k, lam_v, v, q, a, p = _problem(1, T=T, zero_p=zero_p)
@@ -97,7 +97,7 @@ def test_naive_equals_numpy_information_filter(zero_p):
         assert_close(name, actual, expected, atol=ORACLE_TOL * scale, rtol=ORACLE_TOL)
 
 
-@pytest.mark.parametrize("method", ["parallel", "hillis-steele", "sequential"])
+@pytest.mark.parametrize("method", ["parallel", "hillis-steele", "sequential", "chunked"])
 def test_scan_equals_naive_state_expanded_irregular(method):
     """Every scan = the naive oracle on (B, T, N, D) tokens (keys (B, T, N, 1), values
     (B, T, 1, D)) with a per-token prior (irregular steps) and a per-row initial belief."""

@@ -39,7 +39,8 @@ The op folder (the house plan of ``kernels/ops``):
   tested against;
 * `params`: the OU prior `ou_prior`, the one argument check `prepare` and the types
   `KLAState`, `KLAScanResult`, shared by the torch forms and the kernel;
-* `scan`: the torch forms (`kla_scan_torch`: odd-even, doubling or sequential scans;
+* `chunked`: the forward-only chunked CPU scan (`chunked_filter`, ``method="chunked"``);
+* `scan`: the torch forms (`kla_scan_torch`: odd-even, doubling, sequential or chunked scans;
   `kla_step`, the O(1) decoding step; `prefix_scan` and its combine operators);
 * `triton`: the chunked Triton scan, forward and backward (`kla_scan_triton`; imports `params`,
   never `scan`);
@@ -118,9 +119,13 @@ def kla_scan(
     lam0, eta0 : belief before the first token, broadcasting to (B, *S); ``lam0 > 0``. The paper
         never states them; the defaults ``lam0 = 1, eta0 = 0`` are the authors' code (digest 1.13).
     method : ``"parallel"`` (odd-even scans: O(log T) depth, O(T) work), ``"hillis-steele"``
-        (doubling scans: O(log T) depth, O(T log T) work) or ``"sequential"`` (a loop of
+        (doubling scans: O(log T) depth, O(T log T) work), ``"sequential"`` (a loop of
         `kla_step`; with ``p_bar = 0`` its information state overflows fp32 after about
-        ``44 / (a dt)`` tokens, where the scans stay finite). Used by the torch backend.
+        ``44 / (a dt)`` tokens, where the scans stay finite) or ``"chunked"`` (forward only, for
+        the CPU: each chunk's 3x3 homogeneous map composed at once for ~sqrt(T) chunks, then the
+        step from each chunk's incoming belief, `kernels.ops.kla.chunked`; 8-9x the token loop
+        on one thread on bench_scan's workload at T = 2^12 .. 2^16; raises RuntimeError when an
+        input requires gradients). Used by the torch backend.
     backend : ``"auto"`` (the Triton chunked scan `kernels.ops.kla.triton.kla_scan_triton` when
         ``k`` is a CUDA tensor of dtype float32/bfloat16/float16 and ``method="parallel"``, else
         the torch form `kernels.ops.kla.scan.kla_scan_torch`), ``"torch"`` or ``"triton"`` (on
@@ -140,6 +145,8 @@ def kla_scan(
         Triton interpreter.
     TypeError
         A non-tensor or non-floating `k`, or complex arguments.
+    RuntimeError
+        ``method="chunked"`` while an input requires gradients (it is forward-only).
     """
     if method not in SCAN_METHODS:
         raise ValueError(f"method must be one of {SCAN_METHODS}, found {method!r}")

@@ -20,7 +20,7 @@ import torch
 from kernels._validation import as_parameter, check_finite, overflow_warning
 from kernels.ops.common.lags import relaxation
 
-SCAN_METHODS = ("parallel", "hillis-steele", "sequential")
+SCAN_METHODS = ("parallel", "hillis-steele", "sequential", "chunked")
 P_CONVENTIONS = ("paper", "code")
 
 

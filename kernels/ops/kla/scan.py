@@ -3,8 +3,9 @@
 The torch forms of `kernels.ops.kla` (the model and its equations are in the package docstring):
 
 * `kla_scan_torch`: the whole sequence, by the Moebius precision scan and the affine mean scan
-  (``method="parallel"``: odd-even; ``"hillis-steele"``: doubling) or by a loop of the step
-  (``"sequential"``);
+  (``method="parallel"``: odd-even; ``"hillis-steele"``: doubling), by a loop of the step
+  (``"sequential"``) or by the chunked CPU scan of `kernels.ops.kla.chunked` (``"chunked"``,
+  forward only);
 * `kla_step`: one predict + update of the information filter, O(1) per token (decoding);
 * `prefix_scan` with the combine operators `mobius_combine` and `affine_combine`.
 
@@ -23,6 +24,7 @@ from collections.abc import Callable
 
 import torch
 
+from kernels.ops.kla.chunked import chunked_filter
 from kernels.ops.kla.params import (
     SCAN_METHODS,
     KLAScanResult,
@@ -209,13 +211,16 @@ def kla_scan_torch(
     Precision by the Moebius scan of ``M_t = [[1 + p_bar phi_t, a_bar^2 phi_t], [p_bar,
     a_bar^2]]`` (Thm 1, Cor. 1.1), each product divided by its trace; mean by the affine scan of
     ``mu_t = g_t mu_{t-1} + u_t`` with ``g_t = a_bar (1 - phi_t / lam_t)``, ``u_t = b_t / lam_t``
-    (Cor. 2.2, eq. (20)); ``method="sequential"`` loops `kla_step`'s update instead.
+    (Cor. 2.2, eq. (20)); ``method="sequential"`` loops `kla_step`'s update instead;
+    ``method="chunked"`` runs `kernels.ops.kla.chunked.chunked_filter` (the step's homogeneous
+    3x3 map composed within ~sqrt(T) chunks, then the moment-form step from each chunk's incoming
+    belief; forward only).
 
     Parameters
     ----------
     k, value_precision, v : tokens (B, T, *S) or broadcasting there.
     a_bar, p_bar, q : broadcasting to the token shape. lam0, eta0 : broadcasting to (B, *S).
-    method : ``"parallel"``, ``"hillis-steele"`` or ``"sequential"``.
+    method : ``"parallel"``, ``"hillis-steele"``, ``"sequential"`` or ``"chunked"``.
 
     Returns
     -------
@@ -226,6 +231,9 @@ def kla_scan_torch(
     k, lam_v, v, a_bar, p_bar, q, lam0, eta0, shape = prepare(
         k, value_precision, v, a_bar, p_bar, q, lam0, eta0
     )
+    if method == "chunked":
+        readouts = chunked_filter(k, lam_v, v, a_bar, p_bar, lam0, eta0, shape)
+        return _result(*readouts, q)
     k_lam_v = k * lam_v
     phi = (k_lam_v * k).expand(shape)
     b = (k_lam_v * v).expand(shape)
