@@ -40,6 +40,11 @@ from kernels.ops.rfa.precision import lag_variance
 # measured 10-20 % faster there than 64 or 128 rows.
 _BLOCK_ELEMENTS = 2**18
 _BLOCK_ROWS = (16, 256)
+# In-place (no-autograd) causal path (`_attend_inplace`, issue 19): query rows per tile (whole
+# blocks, never more scores than the documented block x T) and keys per chunk (online softmax),
+# so a (B, H, 128, 512) tile stays in cache through its in-place passes.
+_INFERENCE_ROWS = 128
+_INFERENCE_KEY_CHUNK = 512
 
 
 def rfa_attention(
@@ -95,6 +100,16 @@ def rfa_attention(
     k_norm = complex_pairs.squared_modulus(k).unsqueeze(-2)  # (B, H, 1, T)
 
     block = min(block_size, steps)
+    inplace = (
+        causal
+        and not return_weights
+        and cfg.penalty == "log"
+        and not _needs_grad(q, k, v, p.times, p.frequencies, *cfg)
+    )
+    if inplace:  # whole blocks per tile, rows x chunk <= block x T scores
+        chunk = max(block, _INFERENCE_KEY_CHUNK // block * block)
+        block *= max(1, min(_INFERENCE_ROWS // block, steps // chunk))
+        chunk = max(block, _INFERENCE_KEY_CHUNK // block * block)
     width = steps + block - 1 if causal else 2 * steps - 1
     strip = None
     if t is None:
@@ -115,6 +130,29 @@ def rfa_attention(
     for r0 in range(0, steps, block):
         r1 = min(r0 + block, steps)
         cols = r1 if causal else steps
+        if inplace:
+
+            def terms_of(j0, j1, r0=r0, r1=r1):
+                if strip is None:
+                    lag = times[..., r0:r1].unsqueeze(-1) - times[..., j0:j1].unsqueeze(-2)
+                    return _terms(lag.abs(), cfg)
+                start = steps - 1 - r0 + j0
+                return _Terms(*(_slice(x, r1 - r0, start, j1 - j0) for x in strip))
+
+            chunks = [
+                (
+                    terms_of(j0, min(j0 + chunk, r1)),
+                    q_rot[:, :, r0:r1],
+                    k_rot[:, :, j0 : min(j0 + chunk, r1)],
+                    v_rot[:, :, j0 : min(j0 + chunk, r1)],
+                    q_norm[:, :, r0:r1],
+                    k_norm[..., j0 : min(j0 + chunk, r1)],
+                )
+                for j0 in range(0, r1, chunk)
+            ]
+            diagonal = r0 - (r1 - 1) // chunk * chunk  # the last chunk's column of key r0
+            outputs.append(_attend_inplace(chunks, cfg, future[: r1 - r0, : r1 - r0], diagonal))
+            continue
         if strip is None:
             lag_abs = (times[..., r0:r1].unsqueeze(-1) - times[..., :cols].unsqueeze(-2)).abs()
             terms = _terms(lag_abs, cfg)
@@ -218,3 +256,59 @@ def _slice(x: torch.Tensor | None, rows: int, start: int, cols: int):
     if x is None or x.ndim < 2 or x.shape[-1] == 1:
         return x  # absent, or constant along the lags
     return x[..., :rows, start : start + cols]
+
+
+def _needs_grad(*tensors) -> bool:
+    """Whether autograd records this call: grad mode on and an input or parameter needs a
+    gradient (then the out-of-place path runs: in-place passes would break backward)."""
+    if not torch.is_grad_enabled():
+        return False
+    return any(isinstance(x, torch.Tensor) and x.requires_grad for x in tensors)
+
+
+_ONE = torch.ones(())
+
+
+def _attend_inplace(chunks, cfg: Config, future: torch.Tensor, diagonal: int) -> torch.Tensor:
+    """One causal block without autograd: the keys in chunks ``(terms, q~, k~, v~, |q|^2,
+    |k|^2)`` with an online softmax, in place on one score tile per chunk.
+
+    Per chunk ``w = 1 + gs Re(q~^H k~) + gk |k_j|^2 + gq |q_i|^2`` (fused multiply-adds on
+    the matmul's tile), ``tau_s L = bias - tau kappa log(max(w, 1))`` (`_logits`' "log" form),
+    the causal ``future`` mask added
+    to the last chunk's columns ``[diagonal, diagonal + rows)``, then with the running row
+    maximum ``m``: ``p = e^{L - m}``, ``s = sum_j p``, ``acc = sum_j p E_j v~_j``, both rescaled
+    by ``e^{m_old - m_new}`` when ``m`` grows; the output is ``acc / s``, the sum of the
+    whole-row softmax in another order. The first chunk holds key 0, which every query sees,
+    so ``m`` is finite from the first chunk on.
+    """
+    peak = total = acc = None
+    last = len(chunks) - 1
+    for index, (terms, q, k, v, qn, kn) in enumerate(chunks):
+        x = torch.matmul(q, k.transpose(-1, -2))  # Re(q~^H k~), (B, H, rows, keys)
+        x = torch.addcmul(_ONE, x, terms.gs, out=x)  # w = 1 + u, the 1 folded in
+        x.addcmul_(terms.gk, kn)
+        x.addcmul_(terms.gq, qn)
+        x.clamp_min_(1.0).log_()  # as in `_logits`
+        if terms.bias is None:
+            x.mul_(cfg.neg_coef)
+        else:
+            x = torch.addcmul(terms.bias, x, cfg.neg_coef, out=x)
+        if index == last:
+            x[..., diagonal : diagonal + future.shape[-1]] += future
+        new_peak = x.amax(dim=-1, keepdim=True)
+        if peak is not None:
+            new_peak = torch.maximum(peak, new_peak)
+        x.sub_(new_peak).exp_()
+        weight_sum = x.sum(dim=-1, keepdim=True)
+        if terms.decay is not None:
+            x.mul_(terms.decay)  # post-softmax decay, A = A^ * E
+        values = x @ v
+        if peak is None:
+            total, acc = weight_sum, values
+        else:
+            rescale = torch.exp(peak - new_peak)
+            total = torch.addcmul(weight_sum, total, rescale)
+            acc = torch.addcmul(values, acc, rescale)
+        peak = new_peak
+    return acc / total
