@@ -980,6 +980,62 @@ def test_key_chunks_equal_the_whole_rows(causal, nu, times, monkeypatch):
         assert_close(f"d{name}", a.grad, b.grad, atol=SAME_FORMULA_ATOL)
 
 
+@pytest.mark.parametrize("times", ["uniform", "batched"])
+@pytest.mark.parametrize("nu", [math.inf, 1.3])
+@pytest.mark.parametrize("options", ["plain", "biases", "normalized"])
+def test_inplace_inference_path_equals_the_autograd_path(times, nu, options, monkeypatch):
+    """Without autograd a causal call runs `_attend_chunked_inplace` (issue 19: in-place passes,
+    keys in chunks, queries in groups of whole blocks): the same output as the autograd path
+    (and, plain, the tensor form) at T = 11 (not a multiple of the block, the group or the
+    chunk: 3 chunks of 4, 4, 3 keys for the last group), uniform and irregular stamps, with
+    biases and normalized queries/keys."""
+    from kernels.ops.afa import isotropic
+
+    monkeypatch.setattr(isotropic, "_INFERENCE_KEY_CHUNK", 4)
+    monkeypatch.setattr(isotropic, "_INFERENCE_ROWS", 4)  # groups of 2 blocks of 2 queries
+    widths = []
+    inplace = isotropic._attend_chunked_inplace
+
+    def recorded(chunks, *args):
+        widths.append([chunk[2].shape[-2] for chunk in chunks])
+        return inplace(chunks, *args)
+
+    monkeypatch.setattr(isotropic, "_attend_chunked_inplace", recorded)
+    gen = torch.Generator().manual_seed(19)
+    batch, heads, steps, n, nv = 2, 3, 11, 2, 3
+    q, k = (torch.randn(batch, heads, steps, 2 * n, dtype=F64, generator=gen) for _ in range(2))
+    v = torch.randn(batch, heads, steps, 2 * nv, dtype=F64, generator=gen)
+    t = (
+        None
+        if times == "uniform"
+        else torch.cumsum(0.1 + torch.rand(batch, steps, dtype=F64, generator=gen), 1)
+    )
+    qk, value = _random_heads(gen, heads, n, nv, per_feature=False)
+    common = {"t": t, "nu": nu, "temperature": 1.4, "causal": True, **qk, **value}
+    extra = {
+        "plain": {},
+        "biases": {
+            "bias_qk": torch.randn(heads, 2 * n, dtype=F64, generator=gen),
+            "bias_v": torch.randn(heads, 2 * nv, dtype=F64, generator=gen),
+        },
+        "normalized": {"normalized_qk": True},
+    }[options]
+    with torch.no_grad():
+        fast = afa.isotropic_afa(q, k, v, block_size=2, **common, **extra).output
+        whole = afa.tensor_afa(q, k, v, **common).output
+    assert [4, 4, 3] in widths, widths
+    calls = len(widths)
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    slow = afa.isotropic_afa(*leaves, block_size=2, **common, **extra).output
+    assert len(widths) == calls  # inputs needing gradients: the out-of-place path ran
+    assert_close("in-place vs autograd path", fast, slow, atol=SAME_FORMULA_ATOL)
+    with torch.no_grad():  # default block, one chunk per group
+        default = afa.isotropic_afa(q, k, v, **common, **extra).output
+    assert_close("in-place path, default block", default, fast, atol=SAME_FORMULA_ATOL)
+    if options == "plain":
+        assert_close("in-place path vs tensor form", fast, whole, atol=SAME_FORMULA_ATOL)
+
+
 @pytest.mark.slow
 def test_isotropic_afa_at_T_65536_under_an_address_space_limit(tmp_path):
     """T = 65536 float32 (block 64) in a child process limited to 3 GiB of address space: the

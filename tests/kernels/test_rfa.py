@@ -93,6 +93,47 @@ def test_equals_complex_loop_for_every_switch(name, causal):
         assert_close(f"{name} without weights", plain.output, got.output, atol=1e-14)
 
 
+@pytest.mark.parametrize("name", list(ABLATIONS))
+@pytest.mark.parametrize("stamps", ["uniform", "irregular"])
+def test_inplace_inference_path_equals_the_loop_and_the_autograd_path(name, stamps, monkeypatch):
+    """Without autograd a causal call without weights runs `_attend_inplace` (issue 19: in-place
+    passes, keys in chunks with an online softmax, queries in groups of whole blocks) where the
+    penalty is "log": the same output as the complex loop and the autograd path at T = 11 (not
+    a multiple of the block, the group or the chunk: chunks of 4, 4, 3 keys for the last
+    group), for every ablation switch (the others keep the whole-row path)."""
+    from kernels.ops.rfa import isotropic
+
+    monkeypatch.setattr(isotropic, "_INFERENCE_KEY_CHUNK", 4)
+    monkeypatch.setattr(isotropic, "_INFERENCE_ROWS", 4)  # groups of 2 blocks of 2 queries
+    widths = []
+    inplace = isotropic._attend_inplace
+
+    def recorded(chunks, *args):
+        widths.append([chunk[2].shape[-2] for chunk in chunks])
+        return inplace(chunks, *args)
+
+    monkeypatch.setattr(isotropic, "_attend_inplace", recorded)
+    gen = _gen(19)
+    B, H, T, D = 2, 2, 11, 4
+    q, k, v = _qkv(B, H, T, D, gen)
+    p = _params(H, D // 2, gen)
+    t = torch.cumsum(torch.rand(B, T, dtype=F64, generator=gen) + 0.2, dim=1)
+    times = t if stamps == "irregular" else torch.arange(T, dtype=F64).expand(B, T)
+    flags = ABLATIONS[name]
+    ref_out, _ = rfa_loop(q, k, v, times, p, causal=True, **flags)
+    stamp = t if stamps == "irregular" else None
+    with torch.no_grad():
+        fast = rfa_attention(q, k, v, t=stamp, causal=True, block_size=2, **p, **flags)
+    runs_inplace = name not in ("M2.1 exponential kernel", "M2.6 unitary limit")
+    assert ([4, 4, 3] in widths) == runs_inplace, widths
+    assert_close(f"{name} in-place path", fast.output, ref_out, atol=1e-12)
+    calls = len(widths)
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    slow = rfa_attention(*leaves, t=stamp, causal=True, block_size=2, **p, **flags)
+    assert len(widths) == calls  # inputs needing gradients: the out-of-place path ran
+    assert_close(f"{name} in-place vs autograd path", fast.output, slow.output, atol=1e-12)
+
+
 # --------------------------------------------------------------------------------------------
 # Oracle: eq. (4) and one IRLS step of the float64 estimators
 # --------------------------------------------------------------------------------------------

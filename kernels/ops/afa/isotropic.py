@@ -112,18 +112,32 @@ def _unrotate(x, phase: Rotation | None):
 
 
 # Keys per tile when a block's keys are taken in chunks (a multiple of the block): tiles are at
-# most (B, H, block, _KEY_CHUNK), so long sequences reuse allocations of a few sizes instead of
+# most (B, H, block, width), so long sequences reuse allocations of a few sizes instead of
 # growing a (B, H, block, j1) tile with every causal block (which fragmented the heap at
-# T = 65536: RELIABILITY.md).
+# T = 65536: RELIABILITY.md). Autograd (training) path: chunks only beyond 4096 keys.
 _KEY_CHUNK = 4096
+# In-place (no-autograd) causal path: every block is taken in chunks of this many keys, so a
+# (B, H, 64, 256) float32 tile (512 KiB at B H = 8) and its in-place passes stay in cache (issue
+# 19: with whole rows the passes streamed 8 MiB tiles from memory at T = 4096).
+_INFERENCE_KEY_CHUNK = 512
+# ... and queries in groups of up to this many rows (whole blocks, and never more scores than
+# the documented ``block x T``): fewer, larger tiles, so less per-op overhead (issue 19).
+_INFERENCE_ROWS = 128
+
+
+def _chunk_width(block: int, chunk: int) -> int:
+    """Keys per chunk: ``chunk`` rounded down to a multiple of ``block`` (at least ``block``)."""
+    return max(block, chunk // block * block)
 
 
 def _attend_blocks(kernels, q, k, v, qn, kn, temperature, *, causal, block, want_weights):
     """Run `_attend` over blocks of ``block`` queries; causal blocks stop at their last query.
 
     A block whose keys exceed `_KEY_CHUNK` (and no weights asked for) runs over key chunks of
-    that width with an online softmax (`_attend_chunked`). Returns ``(output (B, H, T, Dv),
-    weights (B, H, T, T) or None)``.
+    that width with an online softmax (`_attend_chunked`). Without autograd (no tensor needs a
+    gradient, or grad mode off) a causal call without weights takes every block in chunks of
+    `_INFERENCE_KEY_CHUNK` keys, computed in place (`_attend_chunked_inplace`; the same sums
+    in another order). Returns ``(output (B, H, T, Dv), weights (B, H, T, T) or None)``.
     """
     batch, heads, steps, _ = q.shape
     flip = kernels.reversed_keys
@@ -144,11 +158,21 @@ def _attend_blocks(kernels, q, k, v, qn, kn, temperature, *, causal, block, want
             None if kn is None else keys(kn, -1, j0, j1),
         )
 
-    width = max(block, _KEY_CHUNK // block * block)
+    inplace = causal and not want_weights and not _needs_grad(kernels, q, k, v, temperature)
+    width = _chunk_width(block, _INFERENCE_KEY_CHUNK if inplace else _KEY_CHUNK)
+    rows = block
+    if inplace:  # scores -Re(Zq~^H Zk~) come out of the matmul with the sign `u` needs
+        k = k.neg_() if flip else -k  # (the flipped keys are this call's own copy)
+        # whole blocks per group, with rows x width <= block x T scores per tile
+        rows = block * max(1, min(_INFERENCE_ROWS // block, steps // width))
     outputs, weights = [], []
-    for i0 in range(0, steps, block):
-        i1 = min(i0 + block, steps)
+    for i0 in range(0, steps, rows):
+        i1 = min(i0 + rows, steps)
         j1 = i1 if causal else steps
+        if inplace:
+            chunks = [operands(i0, i1, j0, min(j0 + width, j1)) for j0 in range(0, j1, width)]
+            outputs.append(_attend_chunked_inplace(chunks, -temperature))
+            continue
         if j1 > width and not want_weights:
             chunks = [operands(i0, i1, j0, min(j0 + width, steps)) for j0 in range(0, j1, width)]
             outputs.append(_attend_chunked(chunks, temperature, causal=causal))
@@ -162,6 +186,15 @@ def _attend_blocks(kernels, q, k, v, qn, kn, temperature, *, causal, block, want
             attn = torch.nn.functional.pad(attn, (0, steps - j1))
             weights.append(attn.expand(batch, heads, i1 - i0, steps))
     return torch.cat(outputs, dim=2), torch.cat(weights, dim=2) if want_weights else None
+
+
+def _needs_grad(kernels, *tensors) -> bool:
+    """Whether autograd records this call: grad mode on and some input or parameter needs a
+    gradient (then the out-of-place path runs, since in-place passes would break backward)."""
+    if not torch.is_grad_enabled():
+        return False
+    tensors = (*tensors, *kernels.parameters())
+    return any(isinstance(x, torch.Tensor) and x.requires_grad for x in tensors)
 
 
 class _PairKernels(NamedTuple):
@@ -248,6 +281,10 @@ class _ToeplitzKernels:
         )
         self.steps = steps
 
+    def parameters(self) -> tuple:
+        """The per-call tensors the tiles are read from (for `_needs_grad`)."""
+        return tuple(self.vectors)
+
     def tile(self, i0: int, i1: int, j0: int, j1: int) -> _PairKernels:
         """Queries ``[i0, i1)`` against keys ``[j0, j1)`` read in reverse (``j = j1 - 1 - r``):
         the lag index ``i - j + T - 1`` is then ``(T - j1 + i) + r``."""
@@ -277,6 +314,10 @@ class _IrregularKernels:
         self.vd = HeadDynamics(*map(heads, vd))
         self.nu = heads(nu)
         self.options = options
+
+    def parameters(self) -> tuple:
+        """The per-head tensors the tiles are evaluated from (for `_needs_grad`)."""
+        return (self.times, *self.qk, *self.vd, self.nu)
 
     def tile(self, i0: int, i1: int, j0: int, j1: int) -> _PairKernels:
         """Queries ``[i0, i1)`` against keys ``[j0, j1)``."""
@@ -336,6 +377,56 @@ def _attend_chunked(chunks, temperature, *, causal: bool):
         else:
             rescale = torch.exp(peak - new_peak)
             total = torch.addcmul(weights.sum(dim=-1, keepdim=True), total, rescale)
+            acc = torch.addcmul(values, acc, rescale)
+        peak = new_peak
+    return acc / total
+
+
+_ONE = torch.ones(())
+
+
+def _attend_chunked_inplace(chunks, neg_temperature):
+    """`_attend_chunked` for causal calls without autograd, in place on one tile per chunk.
+
+    The chunks' keys are negated (``-Zk~``), so the matmul gives ``-Re(Zq~_i^H Zk~_j)`` and
+    ``1 + u = 1 + cross (-Re) + key |Zk_j|^2 + query |Zq_i|^2`` (``u = P_qk |R|^2 / nu``)
+    follows in three fused multiply-adds on the same tile; then ``L = log P_v + (-temperature)
+    log(max(1 + u, 1))`` (`_logits`' formula, with ``log(1 + u)`` for its ``log1p(u)``),
+    ``p = e^{L - m}`` with the running row maximum ``m``, and ``acc = sum_j p E_v,j Zv~_j``,
+    ``s = sum_j p``, rescaled by ``e^{m_old - m_new}`` as in `_attend_chunked`. Eight
+    elementwise passes over the tile (two transcendental) besides the two matmuls, the row max
+    and the row sum, and no tile-sized temporary beyond the scores. The first chunk holds key
+    0, which every query sees, so ``m`` is finite from the first chunk on.
+    """
+    peak = total = acc = None
+    for tile, q, k, v, qn, kn in chunks:
+        if tile.query is None:  # nu = inf: L = log P_v
+            x = tile.log_prior.expand(*q.shape[:-1], k.shape[-2]).clone()
+        else:
+            x = torch.matmul(q, k.transpose(-1, -2))  # -Re(Zq~^H Zk~), (B, H, rows, keys)
+            x = torch.addcmul(_ONE, x, tile.cross, out=x)  # 1 + cross (-Re), the 1 folded in
+            if tile.key is not None:
+                x.addcmul_(tile.key, kn)
+            if qn is None:
+                x.add_(tile.query)
+            else:
+                x.addcmul_(tile.query, qn)
+            # |R|^2 >= 0: 1 + u < 1 is round-off of the cancelling expansion; clamp it. log(1 +
+            # u) rather than log1p(u): a quarter cheaper, and its absolute error (what the
+            # softmax sees) is one ulp of 1 + u either way.
+            x.clamp_min_(1.0).log_()
+            x = torch.addcmul(tile.log_prior, x, neg_temperature, out=x)
+        new_peak = x.amax(dim=-1, keepdim=True)
+        if peak is not None:
+            new_peak = torch.maximum(peak, new_peak)
+        x.sub_(new_peak).exp_()
+        weight_sum = x.sum(dim=-1, keepdim=True)
+        values = x.mul_(tile.value_decay) @ v
+        if peak is None:
+            total, acc = weight_sum, values
+        else:
+            rescale = torch.exp(peak - new_peak)
+            total = torch.addcmul(weight_sum, total, rescale)
             acc = torch.addcmul(values, acc, rescale)
         peak = new_peak
     return acc / total

@@ -40,6 +40,11 @@ from kernels.ops.rfa.precision import lag_variance
 # measured 10-20 % faster there than 64 or 128 rows.
 _BLOCK_ELEMENTS = 2**18
 _BLOCK_ROWS = (16, 256)
+# In-place (no-autograd) causal path (`_causal_inplace`, issue 19): query rows per tile (whole
+# blocks, never more scores than the documented block x T) and keys per chunk (online softmax),
+# so a (B, H, 128, 512) tile stays in cache through its in-place passes.
+_INFERENCE_ROWS = 128
+_INFERENCE_KEY_CHUNK = 512
 
 
 def rfa_attention(
@@ -95,6 +100,14 @@ def rfa_attention(
     k_norm = complex_pairs.squared_modulus(k).unsqueeze(-2)  # (B, H, 1, T)
 
     block = min(block_size, steps)
+    if (
+        causal
+        and not return_weights
+        and cfg.penalty == "log"
+        and not _needs_grad(q, k, v, p.times, p.frequencies, *cfg)
+    ):
+        out = _causal_inplace(q_rot, k_rot, v_rot, q_norm, k_norm, times, t is None, cfg, block)
+        return AttentionOutput(rotation.apply(out, sign=1) if rotate_values else out, None)
     width = steps + block - 1 if causal else 2 * steps - 1
     strip = None
     if t is None:
@@ -218,3 +231,115 @@ def _slice(x: torch.Tensor | None, rows: int, start: int, cols: int):
     if x is None or x.ndim < 2 or x.shape[-1] == 1:
         return x  # absent, or constant along the lags
     return x[..., :rows, start : start + cols]
+
+
+def _needs_grad(*tensors) -> bool:
+    """Whether autograd records this call: grad mode on and an input or parameter needs a
+    gradient (then the out-of-place path runs: in-place passes would break backward)."""
+    if not torch.is_grad_enabled():
+        return False
+    return any(isinstance(x, torch.Tensor) and x.requires_grad for x in tensors)
+
+
+_ONE = torch.ones(())
+
+
+def _causal_inplace(q, k, v, qn, kn, times, toeplitz: bool, cfg: Config, block: int):
+    """Causal output ``(B, H, T, Dv)`` (in the rotated frame) without autograd, for the "log"
+    penalty: queries in groups of whole blocks (at most `_INFERENCE_ROWS`, never more than
+    ``block x T`` scores a tile), keys in chunks of `_INFERENCE_KEY_CHUNK` (`_attend_inplace`).
+
+    Uniform grid (``toeplitz``): as in AFA's torch form the keys are read in reverse order
+    (``j = j1 - 1 - r``), so every term of a tile is a window view of one vector over the
+    ``2T - 1`` lags ``tau = i - j`` (a few KiB that stay in cache, instead of slices of a
+    ``(H, block, T + block)`` strip), and the causal mask is the bias' ``-inf`` at ``tau < 0``.
+    Explicit stamps: the terms of each chunk from its lags, the mask added to the last chunk.
+    """
+    steps = q.shape[-2]
+    chunk = max(block, _INFERENCE_KEY_CHUNK // block * block)
+    rows = block * max(1, min(_INFERENCE_ROWS // block, steps // chunk))
+    chunk = max(rows, _INFERENCE_KEY_CHUNK // rows * rows)
+    if toeplitz:
+        lag = torch.arange(1 - steps, steps, dtype=q.dtype, device=q.device)
+        vectors = _terms(lag.abs().view(1, 1, -1), cfg)
+        bias = lag.new_zeros(()) if vectors.bias is None else vectors.bias
+        vectors = vectors._replace(
+            bias=torch.where(lag < 0, float("-inf"), bias).view(-1, 1, lag.numel())
+        )
+        k, v, kn = k.flip(-2), v.flip(-2), kn.flip(-1)
+    future = torch.zeros(rows, rows, dtype=q.dtype, device=q.device).masked_fill(
+        future_keys(rows, device=q.device), float("-inf")
+    )
+
+    def operands(r0, r1, j0, j1):
+        if toeplitz:  # keys [j0, j1) reversed: [T - j1, T - j0) of the flipped sequence
+            first, cols = steps - j1 + r0, j1 - j0
+            terms = _Terms(*(_lag_window(x, first, r1 - r0, cols) for x in vectors))
+            keys = slice(steps - j1, steps - j0)
+        else:
+            lag = times[..., r0:r1].unsqueeze(-1) - times[..., j0:j1].unsqueeze(-2)
+            terms, keys = _terms(lag.abs(), cfg), slice(j0, j1)
+        return terms, q[:, :, r0:r1], k[:, :, keys], v[:, :, keys], qn[:, :, r0:r1], kn[..., keys]
+
+    outputs = []
+    for r0 in range(0, steps, rows):
+        r1 = min(r0 + rows, steps)
+        chunks = [operands(r0, r1, j0, min(j0 + chunk, r1)) for j0 in range(0, r1, chunk)]
+        mask = None
+        if not toeplitz:  # the last chunk's columns [r0 - its start, ...) hold the diagonal
+            mask = (r0 - (r1 - 1) // chunk * chunk, future[: r1 - r0, : r1 - r0])
+        outputs.append(_attend_inplace(chunks, cfg, mask))
+    return torch.cat(outputs, dim=2)
+
+
+def _lag_window(x: torch.Tensor | None, first: int, rows: int, cols: int):
+    """``(H, 1, 2T - 1)`` per-lag values -> the ``(H, rows, cols)`` view ``x[first + a + r]``."""
+    if x is None or x.shape[-1] == 1:
+        return x  # absent, or constant along the lags
+    return x[:, 0, first : first + rows + cols - 1].unfold(-1, cols, 1)
+
+
+def _attend_inplace(chunks, cfg: Config, mask) -> torch.Tensor:
+    """One causal block without autograd: the keys in chunks ``(terms, q~, k~, v~, |q|^2,
+    |k|^2)`` with an online softmax, in place on one score tile per chunk.
+
+    Per chunk ``w = 1 + gs Re(q~^H k~) + gk |k_j|^2 + gq |q_i|^2`` (fused multiply-adds on
+    the matmul's tile), ``tau_s L = bias - tau kappa log(max(w, 1))`` (`_logits`' "log" form),
+    ``mask = (diagonal, future)``, if given, the causal mask added to the last chunk's columns
+    ``[diagonal, diagonal + rows)``, then with the running row
+    maximum ``m``: ``p = e^{L - m}``, ``s = sum_j p``, ``acc = sum_j p E_j v~_j``, both rescaled
+    by ``e^{m_old - m_new}`` when ``m`` grows; the output is ``acc / s``, the sum of the
+    whole-row softmax in another order. The first chunk holds key 0, which every query sees,
+    so ``m`` is finite from the first chunk on.
+    """
+    peak = total = acc = None
+    last = len(chunks) - 1
+    for index, (terms, q, k, v, qn, kn) in enumerate(chunks):
+        x = torch.matmul(q, k.transpose(-1, -2))  # Re(q~^H k~), (B, H, rows, keys)
+        x = torch.addcmul(_ONE, x, terms.gs, out=x)  # w = 1 + u, the 1 folded in
+        x.addcmul_(terms.gk, kn)
+        x.addcmul_(terms.gq, qn)
+        x.clamp_min_(1.0).log_()  # as in `_logits`
+        if terms.bias is None:
+            x.mul_(cfg.neg_coef)
+        else:
+            x = torch.addcmul(terms.bias, x, cfg.neg_coef, out=x)
+        if mask is not None and index == last:
+            diagonal, future = mask
+            x[..., diagonal : diagonal + future.shape[-1]] += future
+        new_peak = x.amax(dim=-1, keepdim=True)
+        if peak is not None:
+            new_peak = torch.maximum(peak, new_peak)
+        x.sub_(new_peak).exp_()
+        weight_sum = x.sum(dim=-1, keepdim=True)
+        if terms.decay is not None:
+            x.mul_(terms.decay)  # post-softmax decay, A = A^ * E
+        values = x @ v
+        if peak is None:
+            total, acc = weight_sum, values
+        else:
+            rescale = torch.exp(peak - new_peak)
+            total = torch.addcmul(weight_sum, total, rescale)
+            acc = torch.addcmul(values, acc, rescale)
+        peak = new_peak
+    return acc / total
