@@ -382,9 +382,6 @@ def _attend_chunked(chunks, temperature, *, causal: bool):
     return acc / total
 
 
-_ONE = torch.ones(())
-
-
 def _attend_chunked_inplace(chunks, neg_temperature):
     """`_attend_chunked` for causal calls without autograd, in place on one tile per chunk.
 
@@ -404,7 +401,7 @@ def _attend_chunked_inplace(chunks, neg_temperature):
             x = tile.log_prior.expand(*q.shape[:-1], k.shape[-2]).clone()
         else:
             x = torch.matmul(q, k.transpose(-1, -2))  # -Re(Zq~^H Zk~), (B, H, rows, keys)
-            x = torch.addcmul(_ONE, x, tile.cross, out=x)  # 1 + cross (-Re), the 1 folded in
+            x = torch.addcmul(x.new_ones(()), x, tile.cross, out=x)  # 1 + cross (-Re), 1 folded in
             if tile.key is not None:
                 x.addcmul_(tile.key, kn)
             if qn is None:

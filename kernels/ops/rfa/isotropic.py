@@ -241,9 +241,6 @@ def _needs_grad(*tensors) -> bool:
     return any(isinstance(x, torch.Tensor) and x.requires_grad for x in tensors)
 
 
-_ONE = torch.ones(())
-
-
 def _causal_inplace(q, k, v, qn, kn, times, toeplitz: bool, cfg: Config, block: int):
     """Causal output ``(B, H, T, Dv)`` (in the rotated frame) without autograd, for the "log"
     penalty: queries in groups of whole blocks (at most `_INFERENCE_ROWS`, never more than
@@ -316,7 +313,7 @@ def _attend_inplace(chunks, cfg: Config, mask) -> torch.Tensor:
     last = len(chunks) - 1
     for index, (terms, q, k, v, qn, kn) in enumerate(chunks):
         x = torch.matmul(q, k.transpose(-1, -2))  # Re(q~^H k~), (B, H, rows, keys)
-        x = torch.addcmul(_ONE, x, terms.gs, out=x)  # w = 1 + u, the 1 folded in
+        x = torch.addcmul(x.new_ones(()), x, terms.gs, out=x)  # w = 1 + u, the 1 folded in
         x.addcmul_(terms.gk, kn)
         x.addcmul_(terms.gq, qn)
         x.clamp_min_(1.0).log_()  # as in `_logits`
