@@ -16,6 +16,7 @@ it (`DistributedUnavailable`). The cluster and that message are `sde_sim.distrib
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 
 # The cluster and the missing-extra message are the suite's shared ones (re-exported here for
@@ -52,8 +53,10 @@ def run_distributed(
             client.submit(run_check, c.id, quick, key=f"check-{c.id}", pure=False) for c in checks
         ]
         results = []
-        for future in futures:  # in submission order: the serial run's order
-            result = future.result()
+        for check, future in zip(checks, futures, strict=True):  # the serial run's order
+            # the client's own Check, not the worker's unpickled copy: a check function made
+            # at registration (a closure) loses its source file there, which the report links
+            result = dataclasses.replace(future.result(), check=check)
             results.append(result)
             if on_result is not None:
                 on_result(result)

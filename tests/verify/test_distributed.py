@@ -66,3 +66,18 @@ def test_a_cluster_started_by_the_dask_commands(tmp_path, dask_commands_cluster)
     _, serial = _run(tmp_path, "serial")
     assert status == 0
     _same(serial, parallel)
+
+
+def test_results_carry_the_clients_checks():
+    """A worker's Check is an unpickled copy; the HTML report reads each check function's source
+    line, which a closure made at registration (the mle_convergence checks) loses in the copy
+    ("could not get source code" ended `make reproduce`). The results carry the client's."""
+    from verify.distributed import run_distributed
+    from verify.registry import select
+    from verify.report_html import source_line
+
+    checks = select("well_specified.kla-ou")  # a closure; cheap
+    assert len(checks) == 1
+    results = run_distributed(checks, quick=True, workers=1)
+    assert all(r.check is c for r, c in zip(results, checks, strict=True))
+    assert all(source_line(r.check)[1] > 0 for r in results)
