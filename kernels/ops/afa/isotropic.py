@@ -32,6 +32,7 @@ from kernels.ops.afa import params
 from kernels.ops.afa.params import AFAOutput, HeadDynamics
 from kernels.ops.afa.precision import log_variance
 from kernels.ops.common import complex_pairs
+from kernels.ops.common.attention import merge_chunk, running_peak
 from kernels.ops.common.params import Dynamics, Robust
 from kernels.ops.common.rotation import Rotation
 
@@ -364,20 +365,14 @@ def _attend_chunked(chunks, temperature, *, causal: bool):
     peak = total = acc = None
     for tile, q, k, v, qn, kn in chunks:
         logits = _logits(tile, q, k, qn, kn, temperature)
-        new_peak = logits.amax(dim=-1, keepdim=True)
-        if peak is not None:
-            new_peak = torch.maximum(peak, new_peak)
+        new_peak = running_peak(peak, logits)
         weights = torch.exp(logits - new_peak)
         if causal:
             values = (weights * tile.value_decay) @ v
         else:
             values = torch.exp(logits + tile.value_decay - new_peak) @ v
-        if peak is None:
-            total, acc = weights.sum(dim=-1, keepdim=True), values
-        else:
-            rescale = torch.exp(peak - new_peak)
-            total = torch.addcmul(weights.sum(dim=-1, keepdim=True), total, rescale)
-            acc = torch.addcmul(values, acc, rescale)
+        weight_sum = weights.sum(dim=-1, keepdim=True)
+        total, acc = merge_chunk(peak, new_peak, total, acc, weight_sum, values)
         peak = new_peak
     return acc / total
 
@@ -413,17 +408,10 @@ def _attend_chunked_inplace(chunks, neg_temperature):
             # softmax sees) is one ulp of 1 + u either way.
             x.clamp_min_(1.0).log_()
             x = torch.addcmul(tile.log_prior, x, neg_temperature, out=x)
-        new_peak = x.amax(dim=-1, keepdim=True)
-        if peak is not None:
-            new_peak = torch.maximum(peak, new_peak)
+        new_peak = running_peak(peak, x)
         x.sub_(new_peak).exp_()
         weight_sum = x.sum(dim=-1, keepdim=True)
         values = x.mul_(tile.value_decay) @ v
-        if peak is None:
-            total, acc = weight_sum, values
-        else:
-            rescale = torch.exp(peak - new_peak)
-            total = torch.addcmul(weight_sum, total, rescale)
-            acc = torch.addcmul(values, acc, rescale)
+        total, acc = merge_chunk(peak, new_peak, total, acc, weight_sum, values)
         peak = new_peak
     return acc / total

@@ -1,7 +1,8 @@
-"""Pieces shared by the softmax-type attention forms (RFA, the positional baselines).
+"""Pieces shared by the softmax-type attention forms (AFA, RFA, the positional baselines).
 
 `AttentionOutput` is their result; `head_parameter` reads a per-head parameter; `future_keys`
-is the causal mask. Shapes: ``(B, H, T, D)`` inputs, ``(B, H, T, T)`` weights.
+is the causal mask; `running_peak` and `merge_chunk` are the online softmax over key chunks.
+Shapes: ``(B, H, T, D)`` inputs, ``(B, H, T, T)`` weights.
 """
 
 from __future__ import annotations
@@ -46,3 +47,23 @@ def future_keys(steps: int, *, device=None) -> torch.Tensor:
     """
     index = torch.arange(steps, device=device)
     return index.unsqueeze(0) > index.unsqueeze(1)
+
+
+def running_peak(peak: torch.Tensor | None, logits: torch.Tensor) -> torch.Tensor:
+    """The running row maximum ``m`` of the online softmax after one more key chunk:
+    ``max(m_old, max_j L_j)``; ``logits (B, H, rows, keys)``, ``m (B, H, rows, 1)``."""
+    new_peak = logits.amax(dim=-1, keepdim=True)
+    return new_peak if peak is None else torch.maximum(peak, new_peak)
+
+
+def merge_chunk(peak, new_peak, total, acc, weight_sum, values):
+    """Fold one key chunk into the online softmax's sums (flash-style; the first chunk has
+    ``peak`` None): with the running maximum ``m``, ``total = sum_j e^{L_j - m}`` and ``acc =
+    sum_j e^{L_j - m} E_j v_j``, where the chunk's own ``weight_sum`` and ``values`` are taken
+    at ``new_peak`` and the old sums are rescaled by ``e^{m_old - m_new}``. Shapes: ``(B, H,
+    rows, 1)`` peaks and sums, ``(B, H, rows, Dv)`` accumulators. Returns ``(total, acc)``; the
+    output is ``acc / total``."""
+    if peak is None:
+        return weight_sum, values
+    rescale = torch.exp(peak - new_peak)
+    return torch.addcmul(weight_sum, total, rescale), torch.addcmul(values, acc, rescale)

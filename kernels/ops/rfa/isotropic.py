@@ -28,7 +28,12 @@ from typing import NamedTuple
 import torch
 
 from kernels.ops.common import complex_pairs
-from kernels.ops.common.attention import AttentionOutput, future_keys
+from kernels.ops.common.attention import (
+    AttentionOutput,
+    future_keys,
+    merge_chunk,
+    running_peak,
+)
 from kernels.ops.common.params import Dynamics, Robust
 from kernels.ops.common.rotation import Rotation, from_origin
 from kernels.ops.rfa import params
@@ -324,19 +329,12 @@ def _attend_inplace(chunks, cfg: Config, mask) -> torch.Tensor:
         if mask is not None and index == last:
             diagonal, future = mask
             x[..., diagonal : diagonal + future.shape[-1]] += future
-        new_peak = x.amax(dim=-1, keepdim=True)
-        if peak is not None:
-            new_peak = torch.maximum(peak, new_peak)
+        new_peak = running_peak(peak, x)
         x.sub_(new_peak).exp_()
         weight_sum = x.sum(dim=-1, keepdim=True)
         if terms.decay is not None:
             x.mul_(terms.decay)  # post-softmax decay, A = A^ * E
         values = x @ v
-        if peak is None:
-            total, acc = weight_sum, values
-        else:
-            rescale = torch.exp(peak - new_peak)
-            total = torch.addcmul(weight_sum, total, rescale)
-            acc = torch.addcmul(values, acc, rescale)
+        total, acc = merge_chunk(peak, new_peak, total, acc, weight_sum, values)
         peak = new_peak
     return acc / total
