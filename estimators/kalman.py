@@ -203,8 +203,8 @@ def kalman_filter(
     updates the observed ones at once (`linear_gaussian.update_stack`: one inverse Cholesky
     factor ``L^-1`` per group, computed for the whole stack at once by
     `stacked.inverse_cholesky`, ``W = L^-1 C P``, ``P = P- - W^T W``; each sequence's mean then
-    moves by ``W^T L^-1 e``). For d, k <= 4 on one time grid the groups sit on the last axis and every
-    group is updated, a missing one with zero gain (`_grouped_filter_small`).
+    moves by ``W^T L^-1 e``). For d, k <= 4 on one time grid the groups sit on the last axis
+    and every group is updated, a missing one with zero gain (`_grouped_filter_small`).
 
     Parameters
     ----------

@@ -935,6 +935,22 @@ def test_process_noise_false_fixes_sigma2_at_zero():
         AdaptiveFilterAttention(4, 2, process_noise=0)
 
 
+def _eleven_step_problem(gen, times: str):
+    """``q, k (2, 3, 11, 4)``, ``v (2, 3, 11, 6)`` float64, stamps (None: uniform, else
+    irregular per sequence) and random per-head dynamics: T = 11 is not a multiple of the block
+    sizes the tests below force."""
+    batch, heads, steps, n, nv = 2, 3, 11, 2, 3
+    q, k = (torch.randn(batch, heads, steps, 2 * n, dtype=F64, generator=gen) for _ in range(2))
+    v = torch.randn(batch, heads, steps, 2 * nv, dtype=F64, generator=gen)
+    t = (
+        None
+        if times == "uniform"
+        else torch.cumsum(0.1 + torch.rand(batch, steps, dtype=F64, generator=gen), 1)
+    )
+    qk, value = _random_heads(gen, heads, n, nv, per_feature=False)
+    return q, k, v, t, qk, value
+
+
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("nu", [math.inf, 1.3])
 @pytest.mark.parametrize("times", ["uniform", "batched"])
@@ -954,15 +970,7 @@ def test_key_chunks_equal_the_whole_rows(causal, nu, times, monkeypatch):
 
     monkeypatch.setattr(isotropic, "_logits", recorded)
     gen = torch.Generator().manual_seed(14)
-    batch, heads, steps, n, nv = 2, 3, 11, 2, 3
-    q, k = (torch.randn(batch, heads, steps, 2 * n, dtype=F64, generator=gen) for _ in range(2))
-    v = torch.randn(batch, heads, steps, 2 * nv, dtype=F64, generator=gen)
-    t = (
-        None
-        if times == "uniform"
-        else torch.cumsum(0.1 + torch.rand(batch, steps, dtype=F64, generator=gen), 1)
-    )
-    qk, value = _random_heads(gen, heads, n, nv, per_feature=False)
+    q, k, v, t, qk, value = _eleven_step_problem(gen, times)
     common = {"t": t, "nu": nu, "temperature": 1.4, "causal": causal}
     leaves = [x.clone().requires_grad_() for x in (q, k, v)]
     chunked = afa.isotropic_afa(*leaves, block_size=2, **common, **qk, **value).output
@@ -1002,15 +1010,8 @@ def test_inplace_inference_path_equals_the_autograd_path(times, nu, options, mon
 
     monkeypatch.setattr(isotropic, "_attend_chunked_inplace", recorded)
     gen = torch.Generator().manual_seed(19)
-    batch, heads, steps, n, nv = 2, 3, 11, 2, 3
-    q, k = (torch.randn(batch, heads, steps, 2 * n, dtype=F64, generator=gen) for _ in range(2))
-    v = torch.randn(batch, heads, steps, 2 * nv, dtype=F64, generator=gen)
-    t = (
-        None
-        if times == "uniform"
-        else torch.cumsum(0.1 + torch.rand(batch, steps, dtype=F64, generator=gen), 1)
-    )
-    qk, value = _random_heads(gen, heads, n, nv, per_feature=False)
+    q, k, v, t, qk, value = _eleven_step_problem(gen, times)
+    heads, n, nv = q.shape[1], q.shape[-1] // 2, v.shape[-1] // 2
     common = {"t": t, "nu": nu, "temperature": 1.4, "causal": True, **qk, **value}
     extra = {
         "plain": {},
