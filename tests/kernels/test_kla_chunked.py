@@ -14,7 +14,7 @@ import torch
 
 from estimators.scan import kla_filter
 from kernels.ops.kla import kla_scan, ou_prior
-from kernels.ops.kla.chunked import SERIAL_ELEMENTS, chunk_length, chunked_filter
+from kernels.ops.kla.chunked import chunk_length, chunked_filter
 from kernels.ops.kla.params import prepare
 from kernels.ops.kla.scan import _result
 from tests.kernels.helpers import assert_close
@@ -163,14 +163,8 @@ def test_chunked_is_forward_only():
 
 
 def test_chunk_length_rule_and_argument():
-    """C = ceil(sqrt T) unless pass 1's two-column slices reach torch's serial limit (then C
-    grows up to 8 sqrt T); 1 <= C <= T."""
-    assert [chunk_length(t) for t in (1, 2, 4, 5, 4096)] == [1, 2, 2, 3, 64]
-    for steps, width in ((65536, 256), (16384, 256), (4096, 256), (10**6, 16)):
-        chunk = chunk_length(steps, width)
-        serial = 2 * (steps // chunk) * width < SERIAL_ELEMENTS
-        assert serial or chunk == 8 * int(np.ceil(steps**0.5))
-    assert chunk_length(7, 10**9) == 7
+    """C = ceil(sqrt T), 1 <= C <= T."""
+    assert [chunk_length(t) for t in (1, 2, 4, 5, 4096, 4097, 65536)] == [1, 2, 2, 3, 64, 65, 256]
     x = torch.zeros(1, 4, 2, dtype=F64)
     args = prepare(x, 1.0, x, 0.9, 0.1, None, 1.0, 0.0)
     with pytest.raises(ValueError, match="chunk"):

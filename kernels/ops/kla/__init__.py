@@ -123,9 +123,9 @@ def kla_scan(
         `kla_step`; with ``p_bar = 0`` its information state overflows fp32 after about
         ``44 / (a dt)`` tokens, where the scans stay finite) or ``"chunked"`` (forward only, for
         the CPU: each chunk's 3x3 homogeneous map composed at once for ~sqrt(T) chunks, then the
-        step from each chunk's incoming belief, `kernels.ops.kla.chunked`; 8-9x the token loop
-        on one thread on bench_scan's workload at T = 2^12 .. 2^16; raises RuntimeError when an
-        input requires gradients). Used by the torch backend.
+        step from each chunk's incoming belief, `kernels.ops.kla.chunked`; 9-17x the token loop
+        on bench_scan's workload at T = 2^12 .. 2^16 on 2 CPU threads; raises RuntimeError when
+        an input requires gradients). Used by the torch backend.
     backend : ``"auto"`` (the Triton chunked scan `kernels.ops.kla.triton.kla_scan_triton` when
         ``k`` is a CUDA tensor of dtype float32/bfloat16/float16 and ``method="parallel"``, else
         the torch form `kernels.ops.kla.scan.kla_scan_torch`), ``"torch"`` or ``"triton"`` (on

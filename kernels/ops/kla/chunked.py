@@ -45,24 +45,18 @@ import math
 
 import torch
 
-# torch runs an elementwise op on one thread below this many elements (at::internal::GRAIN_SIZE)
-SERIAL_ELEMENTS = 32768
 
+def chunk_length(steps: int) -> int:
+    """The default chunk length ``C = ceil(sqrt(T))`` for T = ``steps`` tokens (``1 <= C <= T``).
 
-def chunk_length(steps: int, width: int = 1) -> int:
-    """The default chunk length C for T = ``steps`` tokens of ``width = B |S|`` channels.
-
-    ``C = ceil(sqrt(T))`` balances the ~17 ops per position (passes 1 and 3) against the 3 per
-    chunk (pass 2); C is then raised, up to ``8 sqrt(T)``, until pass 1's two-column slices
-    (``2 L width`` elements, L = T // C) stay under `SERIAL_ELEMENTS`, so that torch runs every
-    per-position op on one thread. On this project's busy 2-core machine the intra-op pool made
-    the bench_scan workload (width 256, T = 2^16) 2-4x slower with 2 threads than with 1 at
-    C = 256 and 513, whose stacked slices exceed the limit; on one thread C = 1025 costs ~10%
-    more than C = 256. Always ``1 <= C <= T``.
+    It balances the ~17 ops per position (passes 1 and 3) against the 3 per chunk (pass 2).
+    Measured on the quiet 2-core machine (the bench_scan workload, width ``B |S| = 256``, 2
+    threads, interleaved best of 7): at T = 2^16, C = 256 took 212-236 ms, against 400-424 ms
+    for C = 1025 and 340-360 ms for C = 512, which keep pass 1's slices small enough for torch
+    to run them on one thread. An earlier rule raised C to that size because, on a heavily
+    loaded machine, the intra-op threads made those slices 2-4x slower.
     """
-    root = math.isqrt(steps - 1) + 1 if steps > 1 else 1  # ceil(sqrt(T))
-    serial = math.ceil(steps * 2 * width / (SERIAL_ELEMENTS - 1))
-    return max(1, min(steps, max(root, min(serial, 8 * root))))
+    return math.isqrt(steps - 1) + 1 if steps > 1 else 1
 
 
 def chunked_filter(k, lam_v, v, a_bar, p_bar, lam0, eta0, shape, *, chunk: int | None = None):
@@ -88,8 +82,7 @@ def chunked_filter(k, lam_v, v, a_bar, p_bar, lam0, eta0, shape, *, chunk: int |
             "torch.no_grad() or use method='parallel' or 'sequential' for gradients"
         )
     steps = shape[1]
-    width = shape[0] * math.prod(shape[2:])
-    chunk = chunk_length(steps, width) if chunk is None else chunk
+    chunk = chunk_length(steps) if chunk is None else chunk
     if not isinstance(chunk, int) or chunk < 1:
         raise ValueError(f"chunk must be a positive integer, found {chunk!r}")
     chunk = min(chunk, steps)
