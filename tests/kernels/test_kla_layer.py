@@ -194,8 +194,10 @@ def test_gradcheck_scan(method):
     assert torch.autograd.gradcheck(outputs, (k, lam_v, v, a_bar, p_bar, q))
 
 
-def test_long_sequence_fp32_finite_and_accurate():
-    """T = 65536 in fp32 stays finite; p = 0 keeps finite mean and variance (renormalised)."""
+@pytest.mark.parametrize("method", ["parallel", "chunked"])
+def test_long_sequence_fp32_finite_and_accurate(method):
+    """T = 65536 in fp32 stays finite; p = 0 keeps finite mean and variance (renormalised) while
+    the precision passes the float32 range (the true lam is ~e^{6553})."""
     g = torch.Generator().manual_seed(5)
     T, D = 65536, 2
     k = torch.randn(1, T, D, generator=g)
@@ -203,13 +205,15 @@ def test_long_sequence_fp32_finite_and_accurate():
     v = torch.randn(1, T, D, generator=g)
     for p in (1.0, 0.0):
         a_bar, p_bar = ou_prior(torch.full((D,), 0.5), torch.full((D,), p), torch.tensor(0.1))
-        res = kla_scan(k, lam_v, v, a_bar, p_bar, q=torch.ones(D))
+        res = kla_scan(k, lam_v, v, a_bar, p_bar, q=torch.ones(D), method=method)
         for name in ("mean", "variance", "output", "output_variance"):
             assert torch.isfinite(getattr(res, name)).all(), (p, name)
         if p > 0:
             assert torch.isfinite(res.precision).all()
             # precision bounded by 1/p_bar + phi (digest C11)
             assert (res.precision <= 1 / p_bar + k * k * lam_v + 1e-3).all()
+        else:
+            assert torch.isinf(res.precision[:, -1]).all()
 
 
 def test_zero_process_noise_fp32_matches_float64_beyond_fp32_range():
