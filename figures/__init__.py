@@ -5,8 +5,9 @@ Each figure module defines ``NAME``, ``TITLE``, ``SOURCE`` (seed and section), a
 no matplotlib), ``plot(data) -> matplotlib.figure.Figure``, ``caption(data) -> str`` and
 ``main()``, plus ``SEED`` (the paper, ``"000"`` to ``"004"``) and ``CHECKS`` (ids or globs of
 the ``python -m verify`` checks of the same section, which the index page links to). A module
-that trains a `figures.trained` case declares it in ``TRAINED_CASES`` (optional): figures sharing a
-case are computed in one task on a Dask cluster (`groups`), so the case is trained once.
+that trains `verify.mle_convergence` runs names them in ``trainings(cfg)`` (optional): on a Dask
+cluster each distinct run is a task of its own and the figures' tasks adopt the reports
+(`trainings`, `computed_with`), so a run shared by figures is trained once.
 ``python -m figures [NAMES ...] [--quick] [--out DIR] [--force] [--list]`` writes
 ``DIR/figures/NAME.png`` and ``.pdf`` and an index page ``DIR/figures/index.html``.
 
@@ -67,38 +68,24 @@ def get(name: str) -> ModuleType:
     return importlib.import_module(FIGURES[name])
 
 
-def groups(names: list[str]) -> list[list[str]]:
-    """``names`` split into groups that share a trained case (``TRAINED_CASES``, connected
-    components; a figure without one is alone), each group in ``names``' order, the groups
-    with the most trained cases first (the longest tasks start first on a cluster)."""
-    owner = {name: name for name in names}
-
-    def root(name: str) -> str:
-        while owner[name] != name:
-            name = owner[name]
-        return name
-
-    first_with: dict[str, str] = {}
-    for name in names:
-        for case in getattr(get(name), "TRAINED_CASES", ()):
-            if case in first_with:
-                owner[root(name)] = root(first_with[case])
-            else:
-                first_with[case] = name
-    grouped: dict[str, list[str]] = {}
-    for name in names:
-        grouped.setdefault(root(name), []).append(name)
-
-    def cases(group: list[str]) -> int:
-        return len({c for name in group for c in getattr(get(name), "TRAINED_CASES", ())})
-
-    return sorted(grouped.values(), key=cases, reverse=True)
+def trainings(name: str, quick: bool) -> tuple:
+    """The `verify.training.TrainConfig` runs figure `name`'s compute step trains (its module's
+    ``trainings(cfg)``; none without one), at quick or full size."""
+    module = get(name)
+    if not hasattr(module, "trainings"):
+        return ()
+    return tuple(module.trainings(module.Config.quick() if quick else module.Config.full()))
 
 
-def computed_group(group: list[str], quick: bool) -> list[tuple[str, object, float]]:
-    """`computed` for each figure of ``group`` in turn, in one process (one Dask task): the
-    figures then share their trained cases (`figures.trained` keeps them per process)."""
-    return [(name, *computed(name, quick)) for name in group]
+def computed_with(name: str, quick: bool, reports) -> tuple[object, float]:
+    """`computed` after adopting ``reports`` (`verify.mle_convergence.adopt`: runs trained by
+    other tasks), so the compute step does not train them again (a Dask task of
+    `figures.distributed`)."""
+    from verify.mle_convergence import adopt
+
+    for report in reports:
+        adopt(report)
+    return computed(name, quick)
 
 
 def computed(name: str, quick: bool) -> tuple[object, float]:

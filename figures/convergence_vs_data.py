@@ -27,6 +27,7 @@ from verify.consistency import (
     SIZES,
     Consistency,
     consistency_of,
+    size_configs,
 )
 from verify.mle_convergence import CASES
 
@@ -71,6 +72,14 @@ class Data:
     def series(self, name: str) -> np.ndarray:
         """``"trained_error"``, ``"mle_error"`` or ``"mean_se"`` per size."""
         return np.array([getattr(r, name) for r in self.result.results], dtype=float)
+
+
+def trainings(cfg: Config) -> tuple:
+    """The training runs `compute` uses: on a Dask cluster each is a task of its own, and the
+    figure's task adopts their reports (`figures.distributed`)."""
+    return tuple(
+        run for n in cfg.sizes for run in size_configs(n, cfg.sizes, cfg.steps, cfg.replicates)
+    )
 
 
 def compute(cfg: Config | None = None) -> Data:

@@ -1,15 +1,16 @@
 """Compute figures on Dask workers: ``python -m figures --workers N`` or ``--scheduler ADDR``.
 
-Each group of figures that share a trained case (`figures.groups`; most figures are a group of
-one) is one task (`figures.computed_group`): the figures of a group run one after another on
-one worker, which keeps the trained models between them (`figures.trained`), so a case is
-trained once. The groups with the most trained cases are submitted first, at a higher priority,
-so the longest tasks start first. Only names go out and the data (numbers, no matplotlib) come
-back, so the client plots and writes every file itself and the workers need no shared file
-system. The cluster is `sde_sim.distributed.cluster_client`'s: a ``LocalCluster`` of ``N``
-single-threaded worker processes, or the scheduler at ``ADDR``. Results are yielded as their
-groups complete, so each figure is written as soon as its group is ready and a failure in one
-group does not discard those already made.
+Every distinct training run the figures need (their ``trainings``, `figures.trainings`) is a
+task of its own (`verify.mle_convergence.trained`), and each figure is a task
+(`figures.computed_with`) that takes the reports of its runs and adopts them, so a run shared
+by several figures is trained once and the figures that train nothing run beside the
+trainings. Trainings go first, longest first (by the estimate `training_cost`: the longest
+tasks start first, so the workers finish close together), then the figures. Only names and
+configurations go out and the data (numbers, no matplotlib) come back, so the client plots
+and writes every file itself and the workers need no shared file system. The cluster is
+`sde_sim.distributed.cluster_client`'s: a ``LocalCluster`` of ``N`` single-threaded worker
+processes, or the scheduler at ``ADDR``. Results are yielded as the figures complete, so each
+is written as soon as it is ready and a failure in one does not discard those already made.
 
 Dask is imported only here, and only with ``--workers`` or ``--scheduler``.
 """
@@ -18,29 +19,51 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from figures import computed_group, groups
+from figures import computed_with, trainings
 from sde_sim.distributed import cluster_client
+from verify.mle_convergence import config_key, trained
+from verify.training import TrainConfig
+
+
+def training_cost(config: TrainConfig) -> int:
+    """A relative estimate of a run's time, for ordering only: optimizer steps x paths per
+    step (measured on the figures' runs, it orders the long ones first)."""
+    return config.steps * config.batch_size
 
 
 def computed_on_cluster(
     names: Sequence[str], *, quick: bool, workers: int | None = None, scheduler: str | None = None
 ) -> Iterator[tuple[str, object, float]]:
-    """``(name, data, seconds)`` for each figure, in completion order of their groups;
-    ``seconds`` is the worker's time for the compute step."""
+    """``(name, data, seconds)`` for each figure, in completion order; ``seconds`` is the
+    worker's time for the compute step (the trainings it adopted not included)."""
     from distributed import as_completed
 
-    ordered = groups(list(names))
+    needs = {name: {config_key(c): c for c in trainings(name, quick)} for name in names}
+    runs = {key: config for need in needs.values() for key, config in need.items()}
+    longest_first = sorted(runs, key=lambda key: training_cost(runs[key]), reverse=True)
     with cluster_client(workers, scheduler) as client:
-        futures = [
-            client.submit(
-                computed_group,
-                group,
-                quick,
-                key=f"figures-{'+'.join(group)}",
-                priority=len(ordered) - rank,
+        reports = {
+            key: client.submit(
+                trained,
+                runs[key],
+                key=f"training-{rank}-{runs[key].layer}-{runs[key].preset}",
+                priority=len(runs) - rank,
                 pure=False,
             )
-            for rank, group in enumerate(ordered)
-        ]
+            for rank, key in enumerate(longest_first)
+        }
+        futures = {
+            client.submit(
+                computed_with,
+                name,
+                quick,
+                [reports[key] for key in needs[name]],
+                key=f"figure-{name}",
+                priority=0,
+                pure=False,
+            ): name
+            for name in names
+        }
         for future in as_completed(futures):
-            yield from future.result()
+            data, seconds = future.result()
+            yield futures[future], data, seconds

@@ -32,8 +32,6 @@ CHECKS = (
 )
 PRESET = "afa-2d"
 VARIANTS = ("a", "b", "c")
-# `figures.trained` cases this figure trains (at full size), shared with other figures
-TRAINED_CASES = tuple(f"{PRESET}-{v}" for v in VARIANTS)
 OPTIMUM = "Kalman (true parameters)"
 TRAINED = "one-layer AFA (trained)"
 
@@ -151,6 +149,14 @@ def _trained_predictions(variant: str, sim, cfg: Config) -> np.ndarray:
     pred = np.full_like(out, np.nan)
     pred[1:] = out[:-1]
     return pred
+
+
+def trainings(cfg: Config) -> tuple:
+    """The training runs `compute` uses: on a Dask cluster each is a task of its own, and the
+    figure's task adopts their reports (`figures.distributed`)."""
+    from figures import trained
+
+    return trained.case_configs([f"{PRESET}-{v}" for v in VARIANTS], quick=cfg.quick_training)
 
 
 def compute(cfg: Config | None = None) -> Data:

@@ -113,10 +113,6 @@ class Config:
         return cls()
 
 
-# `figures.trained` cases this figure trains (at full size), shared with other figures
-TRAINED_CASES = Config().cases
-
-
 @dataclass(frozen=True)
 class Panel:
     """One trained system. Shapes: n evaluations.
@@ -191,6 +187,14 @@ def _panel(case: str, cfg: Config) -> Panel:
         trajectory_steps=steps,
         trajectory=trajectory,
     )
+
+
+def trainings(cfg: Config) -> tuple:
+    """The training runs `compute` uses: on a Dask cluster each is a task of its own, and the
+    figure's task adopts their reports (`figures.distributed`)."""
+    from figures import trained
+
+    return trained.case_configs(cfg.cases, quick=cfg.quick_training, seed=cfg.seed)
 
 
 def compute(cfg: Config | None = None) -> Data:

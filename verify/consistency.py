@@ -37,7 +37,7 @@ from functools import cache
 
 import numpy as np
 
-from verify.mle_convergence import CASES, ParameterRow, learned_dynamics, prediction_ratio
+from verify.mle_convergence import CASES, ParameterRow, learned_dynamics, trained
 
 CASE = "unrolled-afa-ou-nll"
 SIZES = (32, 128, 512)
@@ -127,6 +127,13 @@ def size_config(n_paths: int, *, steps: int, seed: int):
     )
 
 
+def size_configs(n_paths: int, sizes, steps: int, replicates: int):
+    """The runs of size ``n_paths`` among ``sizes``: ``min(N_max / N, replicates)`` of them,
+    seeds 0, 1, ... (`size_config`)."""
+    runs = min(max(sizes) // n_paths, replicates)
+    return [size_config(n_paths, steps=steps, seed=r) for r in range(runs)]
+
+
 def consistency_of(sizes, *, steps: int, replicates: int = 1) -> Consistency:
     """`Consistency` for increasing ``sizes`` (at least 2, each dividing the largest),
     ``steps`` and at most ``replicates`` runs per size; cached."""
@@ -146,8 +153,7 @@ def consistency_of(sizes, *, steps: int, replicates: int = 1) -> Consistency:
 def _consistency(sizes: tuple[int, ...], steps: int, replicates: int) -> Consistency:
     results = []
     for n in sizes:
-        runs = min(sizes[-1] // n, replicates)
-        reports = [prediction_ratio(size_config(n, steps=steps, seed=r)) for r in range(runs)]
+        reports = [trained(config) for config in size_configs(n, sizes, steps, replicates)]
         rows = tuple(learned_dynamics(reports[0]))
         others = [learned_dynamics(report, fit_mle=False) for report in reports[1:]]
         learned = [{r.name: r.learned for r in rows}]
@@ -171,8 +177,8 @@ def _consistency(sizes: tuple[int, ...], steps: int, replicates: int) -> Consist
                 reports[0].ratios["kalman"],
             )
         )
-    trained = [r.trained_error for r in sized]
+    trained_errors = [r.trained_error for r in sized]
     mle_errors = [r.mle_error for r in sized]
     return Consistency(
-        sizes, tuple(sized), fitted_slope(sizes, trained), fitted_slope(sizes, mle_errors)
+        sizes, tuple(sized), fitted_slope(sizes, trained_errors), fitted_slope(sizes, mle_errors)
     )

@@ -329,18 +329,39 @@ CASES["unrolled-afa-rotation-3d"] = Case(
 )
 
 
+# The runs trained in this process, or adopted from another (`adopt`), by `config_key`: the
+# registered checks, the consistency sizes and the figures share them.
+_TRAINED: dict[str, ConvergenceReport] = {}
+
+
+def config_key(config: TrainConfig) -> str:
+    """The identity of a training run: its configuration's fields as sorted JSON (a run is
+    deterministic in its configuration, seed included)."""
+    return json.dumps(config.to_dict(), sort_keys=True)
+
+
+def trained(config: TrainConfig) -> ConvergenceReport:
+    """`prediction_ratio` of ``config``, trained once per process (or the `adopt`-ed report)."""
+    key = config_key(config)
+    if key not in _TRAINED:
+        _TRAINED[key] = prediction_ratio(config)
+    return _TRAINED[key]
+
+
+def adopt(report: ConvergenceReport) -> None:
+    """Keep ``report``, trained in another process (a Dask worker), as `trained`'s result for
+    its configuration, so this process does not train it again."""
+    if not isinstance(report, ConvergenceReport):
+        raise TypeError(f"report must be a ConvergenceReport, found {type(report).__name__}")
+    _TRAINED[config_key(report.config)] = report
+
+
 def trained_case(name: str, *, quick: bool, seed: int = 0) -> ConvergenceReport:
-    """`prediction_ratio` of ``CASES[name]`` (quick or full length), trained once per process:
-    the registered checks and the figures share it. Deterministic in ``seed``."""
+    """`trained` ``CASES[name]`` (quick or full length): the registered checks and the figures
+    share it. Deterministic in ``seed``."""
     if name not in CASES:
         raise ValueError(f"unknown case {name!r}; known: {', '.join(CASES)}")
-    return _trained(name, bool(quick), int(seed))
-
-
-@cache
-def _trained(name: str, quick: bool, seed: int) -> ConvergenceReport:
-    # positional, normalised arguments: one cache entry per run however the caller spells it
-    return prediction_ratio(CASES[name].config(quick=quick, seed=seed))
+    return trained(CASES[name].config(quick=bool(quick), seed=int(seed)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -454,7 +475,7 @@ def parameter_trajectory(report: ConvergenceReport) -> tuple[np.ndarray, dict[st
 
 def _fitted(config: TrainConfig) -> tuple[dict, dict, float]:
     """`_System.mle` on the training paths of `config`, once per configuration."""
-    return _fit_cached(json.dumps(config.to_dict(), sort_keys=True))
+    return _fit_cached(config_key(config))
 
 
 @cache
