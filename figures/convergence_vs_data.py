@@ -1,7 +1,7 @@
 """Learned parameters against the truth as the training data grow (issue 13, consistency).
 
 The well-specified likelihood case (unrolled AFA on ``ou``, identity basis, Gaussian NLL of its
-own predictive law) trained on N = 32, 128, 512 paths (quick: 8, 32, 128), up to 4 (quick 2)
+own predictive law) trained on N = 16, 64, 256 paths (quick: 8, 32, 128), up to 4 (quick 2)
 independent replicates at each N; `verify.consistency` pools the 12 parameters' errors over
 the replicates in units of the MLE's standard errors at the largest N:
 

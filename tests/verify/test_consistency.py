@@ -31,3 +31,14 @@ def test_a_trainer_that_ignores_the_extra_data_fails():
     # and the real errors are the pooled ones
     real = [pooled_error(list(size.learned), truth, scales) for size in result.results]
     assert real == [size.trained_error for size in result.results]
+
+
+def test_the_largest_size_is_the_case_own_run():
+    """The full sizes' largest run is `CASES[CASE]` itself (same configuration key), so the
+    registered checks and the figures train it once."""
+    from verify.consistency import CASE, SIZES, size_configs
+    from verify.mle_convergence import CASES, config_key
+
+    [largest] = size_configs(SIZES[-1], SIZES, CASES[CASE].full, replicates=4)
+    assert config_key(largest) == config_key(CASES[CASE].config(quick=False))
+    assert len(size_configs(SIZES[0], SIZES, CASES[CASE].full, replicates=4)) == 4

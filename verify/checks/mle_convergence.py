@@ -184,7 +184,7 @@ for _name in PARAMETER_BOUNDS:
 
 @check(
     "mle_convergence.consistency-slope",
-    title="unrolled AFA (likelihood loss) on ou trained on N = 32, 128, 512 paths (quick 8, "
+    title="unrolled AFA (likelihood loss) on ou trained on N = 16, 64, 256 paths (quick 8, "
     "32, 128; up to 4 (quick 2) replicates each): the learned parameters' error falls like "
     f"N^-1/2, fitted slope within {SLOPE} +- {SLOPE_BAND[False]} (quick {SLOPE_BAND[True]}; "
     "residual: |slope + 0.5| / band)",
