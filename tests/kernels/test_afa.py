@@ -718,6 +718,56 @@ def test_module_causality_and_time_shift():
     assert_close("module time shift", layer(x, t + 500.0)[0], y, atol=1e-10)
 
 
+def test_uniform_spacing_detects_exact_grids_only():
+    from kernels.ops.afa.params import uniform_spacing
+
+    grid = 0.5 * torch.arange(6, dtype=F64).view(1, 1, 6)
+    assert uniform_spacing(grid) == 0.5
+    assert uniform_spacing(grid.expand(3, 1, 6)) == 0.5  # one grid shared by the batch
+    nudged = grid.clone()
+    nudged[0, 0, 4] += 1e-12
+    assert uniform_spacing(nudged) is None
+    rows = torch.cat((grid, 2 * grid))  # two sequences, two spacings
+    assert uniform_spacing(rows) is None
+    assert uniform_spacing(grid.clone().requires_grad_()) is None  # stamps with a gradient
+    assert uniform_spacing(grid[..., :1]) == 1.0  # one stamp: only the zero lag
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("grad", [False, True])
+def test_uniform_stamps_take_the_toeplitz_path_with_the_same_result(causal, grad, monkeypatch):
+    """Stamps ``t_0 + i h`` (h = 0.25, t_0 = 3) evaluate the lag kernels once per call on the
+    lags ``h (i - j)``, in training (autograd) and inference: the same output as the general
+    path on the same stamps (round-off: the lags are the same numbers), and the general path is
+    not entered."""
+    from kernels.ops.afa import isotropic, params
+
+    gen = torch.Generator().manual_seed(44)
+    q, k, v = (torch.randn(2, 2, 9, 4, dtype=F64, generator=gen) for _ in range(3))
+    qk, value = _random_heads(gen, 2, 2, 2, per_feature=False)
+    t = 3.0 + 0.25 * torch.arange(9, dtype=F64)
+    call = {"t": t, "nu": 1.3, "temperature": 1.1, "causal": causal, "block_size": 4}
+
+    def run():
+        with torch.set_grad_enabled(grad):
+            inputs = [x.clone().requires_grad_(grad) for x in (q, k, v)]
+            return afa.isotropic_afa(*inputs, **call, **qk, **value).output.detach()
+
+    with monkeypatch.context() as m:
+        m.setattr(params, "uniform_spacing", lambda positions: None)
+        reference = run()
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("uniform stamps took the general path")
+
+    monkeypatch.setattr(isotropic, "_IrregularKernels", refuse)
+    assert_close("uniform stamps", run(), reference, atol=1e-13)
+    jittered = t.clone()
+    jittered[5] += 1e-3  # control: a non-uniform grid still needs the general path
+    with pytest.raises(AssertionError, match="general path"):
+        afa.isotropic_afa(q, k, v, **{**call, "t": jittered}, **qk, **value)
+
+
 def test_gradcheck_isotropic_with_parameters():
     gen = torch.Generator().manual_seed(41)
 

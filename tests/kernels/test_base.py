@@ -26,6 +26,31 @@ def test_complex_linear_is_complex_matrix_multiplication():
     )
 
 
+@pytest.mark.parametrize("bias", ["real", "none"])
+def test_complex_linear_without_imaginary_bias_is_complex_multiplication(bias):
+    """A real bias (``imaginary_bias=False``) adds to the real part only; no bias adds nothing."""
+    gen = torch.Generator().manual_seed(3)
+    layer = ComplexLinear(
+        3, 4, bias=bias == "real", imaginary_bias=False, generator=gen, dtype=torch.float64
+    )
+    if bias == "real":
+        layer.set_complex(
+            torch.complex(layer.weight_real, layer.weight_imag),
+            torch.complex(
+                torch.randn(4, dtype=torch.float64, generator=gen),
+                torch.zeros(4, dtype=torch.float64),
+            ),
+        )
+    z = torch.randn(2, 5, 3, dtype=torch.complex128, generator=gen)
+    expected = z @ torch.complex(layer.weight_real, layer.weight_imag).T
+    if bias == "real":
+        expected = expected + layer.bias_real
+    got = complex_pairs.to_complex(layer(complex_pairs.from_complex(z)))
+    assert_close(
+        "complex linear", torch.view_as_real(got), torch.view_as_real(expected), atol=1e-13
+    )
+
+
 def test_complex_linear_init_is_isotropic_with_glorot_scale():
     layer = ComplexLinear(200, 300, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     w = torch.complex(layer.weight_real, layer.weight_imag).detach()

@@ -11,10 +11,12 @@ and the decay ``E(tau) = e^{-a tau}`` are ``(T, T)`` matrices. With ``Zq~_i = e^
     A = softmax_j(L) over visible keys,   A_hat = E_v * A,
     Zbar_i = e^{i w_v t_i} sum_j A_hat[i, j] Zv~_j.
 
-On the uniform grid ``t = None`` every kernel is Toeplitz (3.3): it is evaluated once per call
-on the ``2T - 1`` lags. Queries are processed in blocks of ``block_size`` (causal blocks stop at
-their last query), so at most ``(B, H, block_size, T)`` scores exist at a time; there is no
-data-dependent control flow (``torch.compile`` traces it). The fused kernel
+On a uniform grid (``t = None``, or stamps exactly ``t_0 + i h``) every kernel is Toeplitz
+(3.3): it is evaluated once per call on the ``2T - 1`` lags (given stamps are tested for
+uniformity eagerly; under ``torch.compile`` they take the general path). Queries are processed
+in blocks of ``block_size`` (causal blocks stop at their last query), so at most ``(B, H,
+block_size, T)`` scores exist at a time; there is no other data-dependent control flow
+(``torch.compile`` traces it). The fused kernel
 (`kernels.ops.afa.triton`) computes the same without forming the scores.
 
 Shapes: ``q, k (B, H, T, D)``, ``v (B, H, T, Dv)``; output ``(B, H, T, Dv)``, weights
@@ -61,8 +63,9 @@ def isotropic_afa(
     temperature = p.temperature.view(1, p.heads, 1, 1)
     options = {"causal": causal, "shared": p.shared_variance, "normalized": normalized_qk}
     positions = params.positions(t, p.steps, q)
-    if t is None:
-        kernels = _ToeplitzKernels(p.steps, q, p.qk, p.vd, p.nu, **options)
+    spacing = 1.0 if t is None else params.uniform_spacing(positions)
+    if spacing is not None:
+        kernels = _ToeplitzKernels(p.steps, q, p.qk, p.vd, p.nu, spacing=spacing, **options)
     else:
         kernels = _IrregularKernels(positions, p.qk, p.vd, p.nu, **options)
 
@@ -262,17 +265,18 @@ def _pair_kernels(
 
 
 class _ToeplitzKernels:
-    """Uniform grid ``t_i = i`` (seed 000 3.3): every kernel depends on ``i - j`` only.
+    """Uniform grid ``t_i = i h`` (seed 000 3.3; ``h = 1`` for ``t = None``, else the stamps'
+    exact spacing, `params.uniform_spacing`): every kernel depends on ``i - j`` only.
 
-    The kernels are evaluated once per call on the ``2T - 1`` lags ``tau = m - (T - 1)``. With
+    The kernels are evaluated once per call on the ``2T - 1`` lags ``tau = h (m - (T - 1))``. With
     the keys of a block taken in *reverse* order (``j = j1 - 1 - r``) a tile reads them as the
     Hankel window ``x[T - j1 + i + r]``: a strided view, no copy or gather.
     """
 
     reversed_keys = True
 
-    def __init__(self, steps: int, like, qk, vd, nu, **options):
-        lag = torch.arange(1 - steps, steps, dtype=like.dtype, device=like.device)
+    def __init__(self, steps: int, like, qk, vd, nu, *, spacing: float = 1.0, **options):
+        lag = spacing * torch.arange(1 - steps, steps, dtype=like.dtype, device=like.device)
 
         def heads(x):
             return None if x is None else x.view(-1, 1)

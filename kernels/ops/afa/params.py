@@ -133,10 +133,12 @@ def check_values(name: str, x: torch.Tensor, *, positive: bool) -> None:
     """Value checks, skipped while compiling (they would be data-dependent control flow)."""
     if torch.compiler.is_compiling():
         return
-    detached = x.detach()
-    if not torch.isfinite(detached).all():
+    if not x.numel():
+        return
+    # one reduction and one sync: min and max propagate NaN, and an inf is one of them
+    low, high = torch.stack(torch.aminmax(x.detach())).tolist()
+    if not (math.isfinite(low) and math.isfinite(high)):
         raise ValueError(f"{name} must be finite, found NaN or inf")
-    low = detached.min().item() if detached.numel() else 0.0
     if positive and low <= 0:
         raise ValueError(f"{name} must be > 0, found a minimum of {low:.3g}")
     if not positive and low < 0:
@@ -223,6 +225,22 @@ def positions(t, steps: int, like) -> torch.Tensor:
     if t is None:
         return torch.arange(steps, dtype=like.dtype, device=like.device).view(1, 1, steps)
     return relative_times(t, steps, like)
+
+
+def uniform_spacing(positions: torch.Tensor) -> float | None:
+    """``h`` when every sequence's clock is exactly ``0, h, 2h, ...`` (`positions`, ``(Bt, 1,
+    T)``), so the lag kernels depend on ``i - j`` only and can be evaluated once per call on
+    the lags ``h (i - j)``; None otherwise, and while compiling (the test is data-dependent) or
+    when the stamps need a gradient. One comparison and one sync."""
+    steps = positions.shape[-1]
+    if torch.compiler.is_compiling() or positions.requires_grad:
+        return None
+    if steps < 2:
+        return 1.0
+    grid = positions[0, 0, 1] * torch.arange(steps, dtype=positions.dtype, device=positions.device)
+    if not bool(torch.equal(positions, grid.expand_as(positions))):
+        return None
+    return float(positions[0, 0, 1])
 
 
 def bias(name: str, value, heads: int, width: int, like) -> torch.Tensor | None:
