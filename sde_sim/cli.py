@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +28,7 @@ from sde_sim.plumbing import (
     run_cli,
 )
 from sde_sim.scenario import DTYPES, METHODS, PATH_BLOCK, Scenario, Simulation, plan, simulate
+from sde_sim.validation import EulerStabilityWarning
 
 PROG = "python -m sde_sim"
 # Show a progress bar once a run integrates at least this many path-steps (about a second).
@@ -190,6 +192,30 @@ def _summary(name: str, sim: Simulation) -> str:
     )
 
 
+def _check_finite_paths(sim: Simulation, scenario: Scenario, method: str, caught) -> None:
+    """Refuse, before anything is written, paths that overflowed to inf or NaN: an
+    Euler-Maruyama step too large for the system's rates (``|1 + lambda dt| > 1``) makes them
+    grow geometrically. The message carries the simulator's `EulerStabilityWarning` (the
+    stable step) when it gave one."""
+    bad = int(sim.x.size - np.count_nonzero(np.isfinite(sim.x)))
+    if not bad:
+        return
+    why = [str(w.message) for w in caught if issubclass(w.category, EulerStabilityWarning)]
+    exact = method == "euler" and isinstance(scenario.system, LinearSDE)
+    advice = (
+        why[0]
+        if why
+        else (
+            f"the step dt = {scenario.dt:g} is too large for the system's rates; use a smaller "
+            f"--dt{' or --method exact' if exact else ''}"
+        )
+    )
+    raise UsageError(
+        f"the simulated paths overflowed ({bad} of {sim.x.size} state values are inf or NaN): "
+        f"{advice}"
+    )
+
+
 def _check_targets(out: Path | None, plot: Path | None, force: bool) -> None:
     """Before anything is simulated or written (`sde_sim.plumbing.check_target`), so that a
     failing command leaves nothing behind."""
@@ -240,18 +266,24 @@ def _simulate_and_write(
     _check_memory(scenario, args.paths, dtype)
     update, bar = _progress_bar(args.paths * scenario.n_steps)
     try:
-        sim = simulate(
-            scenario,
-            args.paths,
-            seed=args.seed,
-            method=method,
-            dtype=dtype,
-            progress=update,
-            meta={"preset": name, "variant": variant},
-        )
+        # held back: paths that overflow are refused below in one line that says why
+        with warnings.catch_warnings(record=True) as caught, np.errstate(all="ignore"):
+            warnings.simplefilter("always")
+            sim = simulate(
+                scenario,
+                args.paths,
+                seed=args.seed,
+                method=method,
+                dtype=dtype,
+                progress=update,
+                meta={"preset": name, "variant": variant},
+            )
     finally:
         if bar is not None:
             bar.close()
+    _check_finite_paths(sim, scenario, method, caught)
+    for w in caught:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     if report:
         print(_summary(f"{name} ({variant})", sim))
     if out is not None:

@@ -139,6 +139,20 @@ def test_errors_are_one_line_with_status_2(capsys, argv, message):
     assert message in err
 
 
+@pytest.mark.parametrize("dt", ["10", "1e20"])
+def test_paths_that_overflow_are_refused_and_nothing_is_written(tmp_path, capsys, dt):
+    """An Euler step far past the stable one (dt < 0.198 for afa-2d) overflows the paths: one
+    line naming the step and the stable bound, exit 2, no file; a stable step still writes."""
+    out, plot = tmp_path / "x.npz", tmp_path / "x.png"
+    argv = ["simulate", "--system", "afa-2d", "--paths", "2", "--out", str(out)]
+    code, _, err = run(capsys, *argv, "--dt", dt, "--plot", str(plot))
+    assert code == 2 and err.count("\n") == 1
+    assert "the simulated paths overflowed" in err and f"dt = {float(dt):g}" in err
+    assert "dt < 0.198" in err
+    assert not out.exists() and not plot.exists()
+    assert run(capsys, *argv, "--dt", "0.01")[0] == 0 and out.exists()  # control
+
+
 def test_simulate_all_writes_every_variant(tmp_path, capsys):
     code, out, err = run(capsys, "simulate-all", "--out", str(tmp_path), "--paths", "2")
     assert code == 0, err
