@@ -482,24 +482,26 @@ def _filter_groups(
     gathered = np.empty((G, d, d))  # the covariances of the observed groups
     F_groups = None if shared_grid else np.empty((G, d, d))
     sums = np.zeros(n_seq)  # log-likelihood, sorted order
-    P = np.empty((G, d, d))  # this step's covariances: predicted in place, then updated
+    # Each step's covariances are predicted straight into their rows of `covs` and updated
+    # there (no separate copy per step); `P` is the previous step's.
     if prior_cov is None:
-        P[:] = lg.diffuse_covariance(measurement)
-        m = lg.diffuse_mean(measurement, z[order, 0], P[0])
-        means[0, order], covs[:, 0] = m, P
+        covs[:, 0] = lg.diffuse_covariance(measurement)
+        m = lg.diffuse_mean(measurement, z[order, 0], covs[0, 0])
+        means[0, order] = m
         first = 1
     else:
-        P[:] = prior_cov
         m = np.broadcast_to(prior_mean, (n_seq, d))
         first = 0
     for step in range(first, T):
+        P, new = covs[:, step - 1] if step else np.broadcast_to(prior_cov, (G, d, d)), covs[:, step]
         if shared_grid:
-            lg.predict_cov(P, Phi[0, step], Qd[0, step], out=P, work=work)
+            lg.predict_cov(P, Phi[0, step], Qd[0, step], out=new, work=work)
             m = lg.predict_mean(m, Phi[0, step], offset[0, step])
         else:  # covariances per group, means per sequence
             np.take(Phi[:, step], time_group, axis=0, out=F_groups)
-            lg.predict_cov(P, F_groups, Qd[time_group, step], out=P, work=work)
+            lg.predict_cov(P, F_groups, Qd[time_group, step], out=new, work=work)
             m = lg.predict_mean(m, Phi[seq_grid, step], offset[seq_grid, step])
+        P = new
         upd = group_observed[:, step]
         n_upd = int(np.count_nonzero(upd))
         if n_upd:
@@ -513,9 +515,9 @@ def _filter_groups(
                 slot = sorted_group
             else:
                 index = np.flatnonzero(upd)
-                new = np.take(P, index, axis=0, out=gathered[:n_upd])
-                _, W, Linv, logdet = lg.update_stack(new, C, R, identity, work=work, out=new)
-                P[index] = new
+                sub = np.take(P, index, axis=0, out=gathered[:n_upd])
+                _, W, Linv, logdet = lg.update_stack(sub, C, R, identity, work=work, out=sub)
+                P[index] = sub
                 rows = upd[sorted_group]  # sorted sequences whose group is observed
                 slot = np.repeat(np.arange(n_upd), counts[upd])
             if not singletons:  # each sequence takes its group's factors
@@ -540,7 +542,6 @@ def _filter_groups(
             terms = np.einsum("ni,ni->n", w, w) + logdet + k * LOG_2PI
             sums[rows] -= 0.5 * (np.where(observed, terms, 0.0) if masked else terms)
         means[step, order] = m
-        covs[:, step] = P
     loglik[order] = sums
 
 
