@@ -272,8 +272,7 @@ def kalman_filter(
 def default_threads() -> int:
     """Threads `kalman_filter` uses by default: ``min(2, CPUs this process may run on)``.
 
-    Two threads take most of the gain where the grouped path's per-step arrays fit in cache;
-    more share the memory bandwidth of the covariance stores.
+    The cap of 2 is what was measured (on a 2-CPU machine); pass ``threads`` to use more.
     """
     try:
         usable = len(os.sched_getaffinity(0))
@@ -434,8 +433,8 @@ def _grouped_filter(
     return means, loglik, covs
 
 
-# A thread of `_grouped_filter` takes at least this many groups: below, the per-step Python
-# and numpy call overhead of a second loop outweighs the halved arithmetic.
+# A thread of `_grouped_filter` takes at least this many groups, so that a thread's per-step
+# arithmetic outweighs its Python loop and the numpy call overheads (a round guess, not tuned).
 _GROUPS_PER_THREAD = 64
 
 

@@ -12,7 +12,8 @@ and numpy has no batched triangular solve or inverse at all. The kernels:
 * `inverse_cholesky`: ``L^-1`` with ``S = L L^T`` and ``log det S`` per matrix, vectorised
   over the stack (one numpy operation per scalar step of the textbook loops, on rows of
   length n); it raises ``LinAlgError`` for a matrix that is not positive definite. A caller
-  then whitens by products with ``L^-1`` instead of triangular solves.
+  then whitens by products with ``L^-1`` instead of triangular solves. A filter passes a
+  `CholeskyWork` (and ``out`` to `matmul`) so that the per-step arrays are allocated once.
 
 All inputs and outputs are float64 numpy arrays; results equal the textbook products and
 factors up to round-off (`tests/estimators/test_stacked.py` checks them against numpy).
@@ -135,7 +136,7 @@ def inverse_cholesky(
                 np.subtract(St[j:, j], col, out=col)
             np.sqrt(col[0], out=L[j, j])
             np.divide(col[1:], L[j, j], out=L[j + 1 :, j])
-    diagonal = np.diagonal(L, axis1=0, axis2=1)  # (n, k)
+    diagonal = np.diagonal(L, axis1=0, axis2=1).T  # (k, n): rows of n contiguous pivots
     if not np.all(diagonal > 0):  # also catches NaN
         raise np.linalg.LinAlgError("Matrix is not positive definite")
     for i in range(k):
@@ -144,7 +145,7 @@ def inverse_cholesky(
             np.einsum("pn,pjn->jn", L[i, :i], X[:i, :i], out=acc[:i])
             np.multiply(acc[:i], -X[i, i], out=X[i, :i])
     logdet = work.logdet[:n]
-    np.sum(np.log(diagonal), axis=-1, out=logdet)
+    np.sum(np.log(diagonal, out=acc), axis=0, out=logdet)
     logdet *= 2.0
     _stack_first(work.X[:, :n], work.Linv[:n])
     return work.Linv[:n].reshape(n, k, k), logdet
