@@ -221,9 +221,10 @@ def kalman_filter(
         estimated at ``t + measurement.delay``.
     prior : state prior (see `GaussianPrior`); ``None`` or ``cov=None`` is diffuse.
     mask : (B, T) or (T,) bool, True where the measurement is observed; default all observed.
-    threads : threads of the grouped path (see above; a thread takes at least
-        `_GROUPS_PER_THREAD` groups); default ``min(2, usable CPUs)`` (`default_threads`).
-        1 runs in the calling thread only.
+    threads : threads of the grouped path (see above; each thread takes at least 64 groups,
+        so smaller batches run in fewer); default ``min(2, usable CPUs)`` (`default_threads`).
+        1 runs in the calling thread only. The shared path (one group) and the small-matrix
+        path run in the calling thread whatever this is.
 
     Returns
     -------
