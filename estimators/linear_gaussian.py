@@ -238,7 +238,8 @@ def predict_cov(P: np.ndarray, F: np.ndarray, Qd: np.ndarray, out=None, work=Non
     most its capacity); the arithmetic is the same.
     """
     # (M + M^T) / 2 with M = F P F^T + Q_d, as M' + M'^T with M' = F P (F / 2)^T + Q_d / 2:
-    # halving is exact, so these are the same bits with one pass over the stack less.
+    # halving is exact (barring underflow to subnormals), so these are the same bits with one
+    # pass over the stack less.
     half_Ft, half_Qd = 0.5 * transpose(F), 0.5 * Qd
     if work is None:
         M = stacked.matmul(stacked.matmul(F, P), half_Ft)
