@@ -90,7 +90,7 @@ from _harness import NOT_INSTALLED, Column, load_text, machine_lines, optional_i
 from _harness import Contestant as Row
 from _harness import print_table as print_columns
 
-from estimators.kalman import GaussianPrior, kalman_filter
+from estimators.kalman import GaussianPrior, default_threads, kalman_filter
 from sde_sim import LinearMeasurement, LinearSDE, linear_transition, presets
 from sde_sim.models import rotation_generator
 
@@ -204,11 +204,13 @@ class Contestant(Row):
         return f"{self.workload.label:<22} {self.name:<24}"
 
 
-def make_ours(w: Workload) -> Callable[[], Output]:
+def make_ours(w: Workload, threads: int | None = None) -> Callable[[], Output]:
     prior = GaussianPrior(w.m0, w.P0)
 
     def run() -> Output:
-        result = kalman_filter(w.sde, w.measurement, w.z, w.t, prior=prior, mask=w.observed)
+        result = kalman_filter(
+            w.sde, w.measurement, w.z, w.t, prior=prior, mask=w.observed, threads=threads
+        )
         return result.means, result.log_likelihood
 
     return run
@@ -325,6 +327,12 @@ def build_contestants(args, workloads: list[Workload]) -> list[Contestant]:
         )
         ours.run, ours.warm = make_ours(w), make_ours(tiny)
         rows.append(ours)
+        if args.one_thread_row:
+            one = Contestant(
+                "ours: threads=1", workload=w, sequences=w.sequences, note="the same, 1 thread"
+            )
+            one.run, one.warm = make_ours(w, threads=1), make_ours(tiny, threads=1)
+            rows.append(one)
         for ll in (False, True):
             name = "simdkalman" + (" + log-lik" if ll else "")
             c = Contestant(name, workload=w, sequences=w.sequences, status=peer_status)
@@ -567,6 +575,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="tiny smoke run, 1 repeat")
     parser.add_argument("--skip-peers", action="store_true", help="time ours only")
     parser.add_argument("--skip-scan", action="store_true", help="do not run bench_scan.py")
+    parser.add_argument(
+        "--one-thread-row",
+        action="store_true",
+        help="also time ours with threads=1 (kalman_filter's default is default_threads())",
+    )
     args = parser.parse_args(argv)
     defaults = {
         "sequences": 1000,
@@ -605,7 +618,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     started = time.perf_counter()
     print("Kalman filter throughput: ours vs peers (benchmarks/bench_kalman.py)")
-    ours = f"ours      : estimators/kalman.py sha256 {kalman_digest()}"
+    ours = f"ours      : estimators/kalman.py sha256 {kalman_digest()}, threads {default_threads()}"
     packages = ("scipy", "simdkalman", "filterpy", "pykalman")
     print("\n".join(machine_lines([ours, f"load      : {load_text()}"], packages)))
     print(

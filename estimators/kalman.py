@@ -31,6 +31,8 @@ of small matrices go through `estimators.stacked`.
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import numpy as np
@@ -187,6 +189,7 @@ def kalman_filter(
     *,
     prior: GaussianPrior | None = None,
     mask=None,
+    threads: int | None = None,
 ) -> FilterResult:
     """Kalman filter with exact discretisation and the innovations log-likelihood.
 
@@ -205,6 +208,10 @@ def kalman_filter(
     `stacked.inverse_cholesky`, ``W = L^-1 C P``, ``P = P- - W^T W``; each sequence's mean then
     moves by ``W^T L^-1 e``). For d, k <= 4 on one time grid the groups sit on the last axis
     and every group is updated, a missing one with zero gain (`_grouped_filter_small`).
+    Otherwise (larger matrices, or several time grids) the groups can be split into up to
+    ``threads`` ranges filtered side by side in threads (numpy releases the GIL inside its
+    array operations); each group's recursion is the same arithmetic whatever the split, so
+    the result does not depend on ``threads`` beyond round-off.
 
     Parameters
     ----------
@@ -214,12 +221,17 @@ def kalman_filter(
         estimated at ``t + measurement.delay``.
     prior : state prior (see `GaussianPrior`); ``None`` or ``cov=None`` is diffuse.
     mask : (B, T) or (T,) bool, True where the measurement is observed; default all observed.
+    threads : threads of the grouped path (see above; each thread takes at least 64 groups,
+        so smaller batches run in fewer); default ``min(2, usable CPUs)`` (`default_threads`).
+        1 runs in the calling thread only. The shared path (one group) and the small-matrix
+        path run in the calling thread whatever this is.
 
     Returns
     -------
     FilterResult; with (T, k) input the batch axis of ``means``, ``log_likelihood`` and
     ``times`` (and of the recomputed ``pred_means``) is dropped.
     """
+    threads = _threads(threads)
     batch = _grouped_batch(sde, measurement, z, t, mask)
     prior_mean, prior_cov, prior_time = lg.prior_moments(prior, sde.dim)
     if prior_cov is None:
@@ -236,7 +248,7 @@ def kalman_filter(
         )
     else:
         means, loglik, covs = _grouped_filter(
-            measurement, batch, Phi, offset, Qd, prior_mean, prior_cov
+            measurement, batch, Phi, offset, Qd, prior_mean, prior_cov, threads
         )
     if Phi.shape[0] == 1:
         per_group = [np.broadcast_to(x, (G, *x.shape[1:])) for x in (Phi, Qd, offset)]
@@ -256,6 +268,26 @@ def kalman_filter(
         prior_cov,
     )
     return _squeezed(result, batch.squeeze)
+
+
+def default_threads() -> int:
+    """Threads `kalman_filter` uses by default: ``min(2, CPUs this process may run on)``.
+
+    The cap of 2 is what was measured (on a 2-CPU machine); pass ``threads`` to use more.
+    """
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        usable = os.cpu_count() or 1
+    return min(2, usable)
+
+
+def _threads(threads) -> int:
+    if threads is None:
+        return default_threads()
+    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
+        raise ValueError(f"kalman_filter: threads must be a positive integer, got {threads!r}")
+    return int(threads)
 
 
 class _Gains(NamedTuple):
@@ -376,77 +408,130 @@ def _shared_means(measurement, batch: _GroupedBatch, Phi, offset, g: _Gains, pri
     return means, -0.5 * (squares + constant)
 
 
-def _grouped_filter(measurement, batch: _GroupedBatch, Phi, offset, Qd, prior_mean, prior_cov):
-    """Filter with covariances per group (G > 1): per step all groups are predicted together
-    and the observed ones updated together (`linear_gaussian.update_stack`), and the means of
-    all sequences follow with their group's factors. Only what the result keeps is stored.
+def _grouped_filter(
+    measurement, batch: _GroupedBatch, Phi, offset, Qd, prior_mean, prior_cov, threads: int
+):
+    """Filter with covariances per group (G > 1), the groups split into up to ``threads``
+    contiguous ranges filtered side by side (`_filter_groups` on each; a range needs at least
+    `_GROUPS_PER_THREAD` groups). The groups' recursions are independent, so the split
+    changes no covariance; each range writes its own rows of the results.
 
     Returns means (T, B, d), log-likelihood (B,) and covs (G, T, d, d).
     """
+    B, T, _ = batch.z.shape
+    G, d = batch.group_observed.shape[0], measurement.C.shape[1]
+    means, covs, loglik = np.empty((T, B, d)), np.empty((G, T, d, d)), np.empty(B)
+    parts = max(1, min(threads, G // _GROUPS_PER_THREAD))
+    bounds = np.linspace(0, G, parts + 1).round().astype(int)
+    ranges = list(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True))
+    args = (measurement, batch, Phi, offset, Qd, prior_mean, prior_cov, means, covs, loglik)
+    if parts == 1:
+        _filter_groups(*args, 0, G)
+    else:
+        with ThreadPoolExecutor(parts) as pool:
+            for done in [pool.submit(_filter_groups, *args, *r) for r in ranges]:
+                done.result()
+    return means, loglik, covs
+
+
+# A thread of `_grouped_filter` takes at least this many groups, so that a thread's per-step
+# arithmetic outweighs its Python loop and the numpy call overheads (a round guess, not tuned).
+_GROUPS_PER_THREAD = 64
+
+
+def _filter_groups(
+    measurement, batch: _GroupedBatch, Phi, offset, Qd, prior_mean, prior_cov,
+    means, covs, loglik, g0: int, g1: int,
+):  # fmt: skip
+    """The filter of `_grouped_filter` on the groups ``g0 <= g < g1`` and their sequences:
+    per step the groups are predicted together and the observed ones updated together
+    (`linear_gaussian.update_stack`), and the means of the sequences follow with their
+    group's factors. Writes the groups' rows of ``covs`` (G, T, d, d) and the sequences' of
+    ``means`` (T, B, d) and ``loglik`` (B,); the per-step arrays are allocated once
+    (`linear_gaussian.StackWork`) and reused.
+    """
     C, R, bias = measurement.C, measurement.R, measurement.b
-    z, group = batch.z, batch.group
+    z = batch.z
     B, T, k = z.shape
-    G, d = batch.group_observed.shape[0], C.shape[1]
-    shared_grid = Phi.shape[0] == 1
-    # The means are kept with the sequences sorted by group, so that the sequences of the
-    # updated groups come in the order of the groups' factors; when every group holds one
-    # sequence (per-sequence masks) the factors then need no gather per sequence.
-    order = np.argsort(group, kind="stable")
-    sorted_group = group[order]
-    if np.array_equal(order, np.arange(B)):  # distinct masks: groups follow the sequences
-        order = np.s_[:]
+    G, d = g1 - g0, C.shape[1]
+    # The sequences of these groups, sorted by group, so that the sequences of the updated
+    # groups come in the order of the groups' factors; when every group holds one sequence
+    # (per-sequence masks) the factors then need no gather per sequence.
+    if g0 == 0 and g1 == batch.group_observed.shape[0]:
+        seqs, group = np.arange(B), batch.group
+    else:
+        seqs = np.flatnonzero((batch.group >= g0) & (batch.group < g1))
+        group = batch.group[seqs] - g0
+    by_group = np.argsort(group, kind="stable")
+    order, sorted_group = seqs[by_group], group[by_group]
+    n_seq = order.size
+    if np.array_equal(order, np.arange(order[0], order[0] + n_seq)):  # a slice: no gathers
+        order = slice(int(order[0]), int(order[0]) + n_seq)
     counts = np.bincount(group, minlength=G)
     singletons = bool(np.all(counts == 1))
-    seq_grid = batch.time_group[sorted_group]  # (B,) time grid of each (sorted) sequence
+    group_observed = batch.group_observed[g0:g1]
+    time_group = batch.time_group[g0:g1]
+    seq_grid = batch.time_group[g0 + sorted_group]  # (n_seq,) time grid of each sequence
+    shared_grid = Phi.shape[0] == 1
     identity = lg.is_identity(C)
     # Small matrices: updating every group (the missing ones with zero gain) costs less than
     # gathering and scattering the observed ones; larger ones gather.
     zero_gain = max(d, k) <= stacked.SMALL
-    means, covs = np.empty((T, B, d)), np.empty((G, T, d, d))
-    loglik = np.zeros(B)  # sorted order
-    P = np.empty((G, d, d))  # this step's covariances: predicted in place, then updated
+    covs = covs[g0:g1]
+    work = lg.StackWork(d, k, G)
+    gathered = np.empty((G, d, d))  # the covariances of the observed groups
+    F_groups = None if shared_grid else np.empty((G, d, d))
+    sums = np.zeros(n_seq)  # log-likelihood, sorted order
+    # Each step's covariances are predicted straight into their rows of `covs` and updated
+    # there (no separate copy per step); `P` is the previous step's.
     if prior_cov is None:
-        P[:] = lg.diffuse_covariance(measurement)
-        m = lg.diffuse_mean(measurement, z[order, 0], P[0])
-        means[0, order], covs[:, 0] = m, P
+        covs[:, 0] = lg.diffuse_covariance(measurement)
+        m = lg.diffuse_mean(measurement, z[order, 0], covs[0, 0])
+        means[0, order] = m
         first = 1
     else:
-        P[:] = prior_cov
-        m = np.broadcast_to(prior_mean, (B, d))
+        m = np.broadcast_to(prior_mean, (n_seq, d))
         first = 0
     for step in range(first, T):
+        P, new = covs[:, step - 1] if step else np.broadcast_to(prior_cov, (G, d, d)), covs[:, step]
         if shared_grid:
-            lg.predict_cov(P, Phi[0, step], Qd[0, step], out=P)
+            lg.predict_cov(P, Phi[0, step], Qd[0, step], out=new, work=work)
             m = lg.predict_mean(m, Phi[0, step], offset[0, step])
         else:  # covariances per group, means per sequence
-            lg.predict_cov(P, Phi[batch.time_group, step], Qd[batch.time_group, step], out=P)
+            np.take(Phi[:, step], time_group, axis=0, out=F_groups)
+            lg.predict_cov(P, F_groups, Qd[time_group, step], out=new, work=work)
             m = lg.predict_mean(m, Phi[seq_grid, step], offset[seq_grid, step])
-        upd = batch.group_observed[:, step]
+        P = new
+        upd = group_observed[:, step]
         n_upd = int(np.count_nonzero(upd))
         if n_upd:
             every = n_upd == G
             masked = not every and zero_gain
             if every or masked:  # all groups at once; with `masked` the missing get W = 0
-                P, W, Linv, logdet = lg.update_stack(
-                    P, C, R, identity, active=upd if masked else None
+                _, W, Linv, logdet = lg.update_stack(
+                    P, C, R, identity, active=upd if masked else None, work=work, out=P
                 )
                 rows = slice(None)
                 slot = sorted_group
             else:
                 index = np.flatnonzero(upd)
-                new, W, Linv, logdet = lg.update_stack(P.take(index, axis=0), C, R, identity)
-                P[index] = new
+                sub = np.take(P, index, axis=0, out=gathered[:n_upd])
+                _, W, Linv, logdet = lg.update_stack(sub, C, R, identity, work=work, out=sub)
+                P[index] = sub
                 rows = upd[sorted_group]  # sorted sequences whose group is observed
                 slot = np.repeat(np.arange(n_upd), counts[upd])
             if not singletons:  # each sequence takes its group's factors
                 W, Linv, logdet = W[slot], Linv[slot], logdet[slot]
             # Innovations of the observed sequences, whitened by their group's factor:
             # w = L^-1 e, m += W^T w (= K e with K = W^T L^-1), -1/2 (|w|^2 + log det S).
-            seqs = rows if isinstance(order, slice) else order[rows]
-            e = z[seqs, step] - (m[rows] if identity else m[rows] @ C.T) - bias
+            if isinstance(order, slice):
+                seen = z[order, step] if isinstance(rows, slice) else z[order, step][rows]
+            else:
+                seen = z[order if isinstance(rows, slice) else order[rows], step]
+            e = seen - (m[rows] if identity else m[rows] @ C.T) - bias
             if masked:  # missing ones (NaN allowed in z) contribute nothing
-                seen = upd[sorted_group]
-                e = np.where(seen[:, None], e, 0.0)
+                observed = upd[sorted_group]
+                e = np.where(observed[:, None], e, 0.0)
             w = np.matmul(Linv, e[:, :, None])[:, :, 0]  # one small BLAS call per row
             correction = np.matmul(w[:, None, :], W)[:, 0]
             if every or masked:
@@ -455,12 +540,9 @@ def _grouped_filter(measurement, batch: _GroupedBatch, Phi, offset, Qd, prior_me
                 m = m.copy()
                 m[rows] += correction
             terms = np.einsum("ni,ni->n", w, w) + logdet + k * LOG_2PI
-            loglik[rows] -= 0.5 * (np.where(seen, terms, 0.0) if masked else terms)
+            sums[rows] -= 0.5 * (np.where(observed, terms, 0.0) if masked else terms)
         means[step, order] = m
-        covs[:, step] = P
-    out = np.empty(B)
-    out[order] = loglik
-    return means, out, covs
+    loglik[order] = sums
 
 
 def _grouped_filter_small(

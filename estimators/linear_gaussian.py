@@ -229,17 +229,27 @@ def predict_mean(m: np.ndarray, F: np.ndarray, offset: np.ndarray) -> np.ndarray
     return np.einsum("...ij,...j->...i", F, m) + offset
 
 
-def predict_cov(P: np.ndarray, F: np.ndarray, Qd: np.ndarray, out=None) -> np.ndarray:
+def predict_cov(P: np.ndarray, F: np.ndarray, Qd: np.ndarray, out=None, work=None) -> np.ndarray:
     """``P- = F P F^T + Q_d`` (symmetrised), for (..., d, d) stacks that broadcast.
 
     ``out``, when given, receives ``P-`` and is returned; it may be ``P`` itself (the
     products are formed first), which saves a (G, d, d) array per step in a filter loop.
+    ``work``, when given, is a `StackWork` whose buffers hold the products (P a stack of at
+    most its capacity); the arithmetic is the same.
     """
-    M = stacked.matmul(stacked.matmul(F, P), transpose(F))
-    M = np.add(M, Qd, out=M if M.shape == np.broadcast_shapes(M.shape, Qd.shape) else None)
-    out = np.add(M, transpose(M), out=out)  # sym: (M + M^T) / 2, the same bits
-    out *= 0.5
-    return out
+    # (M + M^T) / 2 with M = F P F^T + Q_d, as M' + M'^T with M' = F P (F / 2)^T + Q_d / 2:
+    # halving is exact (barring underflow to subnormals), so these are the same bits with one
+    # pass over the stack less.
+    half_Ft, half_Qd = 0.5 * transpose(F), 0.5 * Qd
+    if work is None:
+        M = stacked.matmul(stacked.matmul(F, P), half_Ft)
+    else:
+        n = P.shape[0]
+        FP = stacked.matmul(F, P, out=work.FP[:n])
+        M = stacked.matmul(FP, half_Ft, out=work.M[:n])
+    shape = np.broadcast_shapes(M.shape, Qd.shape)
+    M = np.add(M, half_Qd, out=M if M.shape == shape else None)
+    return np.add(M, transpose(M), out=out)
 
 
 def predict(m, P, F, offset, Qd):
@@ -273,7 +283,22 @@ def is_identity(C: np.ndarray) -> bool:
     return C.shape[0] == C.shape[1] and np.array_equal(C, np.eye(C.shape[0]))
 
 
-def update_stack(P: np.ndarray, C: np.ndarray, R: np.ndarray, identity=None, active=None):
+class StackWork:
+    """Buffers for `predict_cov` and `update_stack` on stacks of up to ``capacity`` covariances
+    (d, d) measured by k components, allocated once and reused at every step of a filter
+    (see `stacked.CholeskyWork` for why fresh per-step arrays of a few MB cost time)."""
+
+    def __init__(self, d: int, k: int, capacity: int):
+        self.d, self.k, self.capacity = d, k, capacity
+        self.FP, self.M = np.empty((capacity, d, d)), np.empty((capacity, d, d))
+        self.CP, self.S = np.empty((capacity, k, d)), np.empty((capacity, k, k))
+        self.W, self.WtW = np.empty((capacity, k, d)), np.empty((capacity, d, d))
+        self.cholesky = stacked.CholeskyWork(k, capacity)
+
+
+def update_stack(
+    P: np.ndarray, C: np.ndarray, R: np.ndarray, identity=None, active=None, work=None, out=None
+):
     """`update` for a stack of covariances P (n, d, d), returning the whitened gain instead.
 
     The same algebra, ``S = C P C^T + R = L L^T``, ``W = L^-1 C P``, ``P+ = P - W^T W``, with
@@ -284,22 +309,30 @@ def update_stack(P: np.ndarray, C: np.ndarray, R: np.ndarray, identity=None, act
     saves forming ``K``. ``identity`` says whether ``C`` is the identity (`is_identity`;
     computed when None). ``active`` (n,) bool, when given, marks the matrices that are
     updated: the others get ``W = 0``, so ``P+ = P`` (their ``L^-1`` and ``log det S`` are
-    returned but mean nothing).
+    returned but mean nothing). ``work`` (a `StackWork` for d, k and at least n matrices),
+    when given, holds the intermediates and ``W``, ``L^-1``, ``log det S``, which are then
+    views into it, valid until its next use; ``out`` (n, d, d), when given, receives ``P+``
+    and may be ``P`` itself. The arithmetic is the same either way.
     Returns ``(P+, W, L^-1, log det S)``: (n, d, d), (n, k, d), (n, k, k), (n,).
     """
     if identity is None:
         identity = is_identity(C)
+    n = P.shape[0]
+    if work is None:
+        work = StackWork(P.shape[-1], C.shape[0], n)
     if identity:
         CP = P
-        Linv, logdet = stacked.inverse_cholesky(P, shift=R)
+        Linv, logdet = stacked.inverse_cholesky(P, shift=R, work=work.cholesky)
     else:
-        CP = stacked.matmul(C, P)
-        Linv, logdet = stacked.inverse_cholesky(stacked.matmul(CP, C.T) + R)
-    W = stacked.matmul(Linv, CP)
+        CP = stacked.matmul(C, P, out=work.CP[:n])
+        S = stacked.matmul(CP, C.T, out=work.S[:n])
+        S += R
+        Linv, logdet = stacked.inverse_cholesky(S, work=work.cholesky)
+    W = stacked.matmul(Linv, CP, out=work.W[:n])
     if active is not None:
         W *= active[:, None, None]
     # ``W^T W`` comes out exactly symmetric (BLAS syrk for the transposed pair, or equal
     # products summed in the same order), so ``P+`` is as symmetric as ``P``.
-    P_new = stacked.matmul(transpose(W), W)
-    np.subtract(P, P_new, out=P_new)
+    WtW = stacked.matmul(transpose(W), W, out=work.WtW[:n])
+    P_new = np.subtract(P, WtW, out=WtW if out is None else out)
     return P_new, W, Linv, logdet

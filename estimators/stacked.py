@@ -12,7 +12,8 @@ and numpy has no batched triangular solve or inverse at all. The kernels:
 * `inverse_cholesky`: ``L^-1`` with ``S = L L^T`` and ``log det S`` per matrix, vectorised
   over the stack (one numpy operation per scalar step of the textbook loops, on rows of
   length n); it raises ``LinAlgError`` for a matrix that is not positive definite. A caller
-  then whitens by products with ``L^-1`` instead of triangular solves.
+  then whitens by products with ``L^-1`` instead of triangular solves. A filter passes a
+  `CholeskyWork` (and ``out`` to `matmul`) so that the per-step arrays are allocated once.
 
 All inputs and outputs are float64 numpy arrays; results equal the textbook products and
 factors up to round-off (`tests/estimators/test_stacked.py` checks them against numpy).
@@ -26,45 +27,74 @@ import numpy as np
 SMALL = 4
 
 
-def matmul(A: np.ndarray, B: np.ndarray) -> np.ndarray:
-    """``A @ B`` over the last two axes (leading axes broadcast), fast for small matrices."""
+def matmul(A: np.ndarray, B: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``A @ B`` over the last two axes (leading axes broadcast), fast for small matrices.
+
+    ``out``, when given, receives the product (it must not overlap ``A`` or ``B``).
+    """
     p = A.shape[-1]
     if p != B.shape[-2]:
         raise ValueError(f"matmul: inner dimensions differ, {A.shape} @ {B.shape}")
     if p > SMALL:
-        return np.matmul(A, B)
-    out = A[..., :, 0, None] * B[..., None, 0, :]
+        return np.matmul(A, B, out=out)
+    out = np.multiply(A[..., :, 0, None], B[..., None, 0, :], out=out)
     for j in range(1, p):
         out += A[..., :, j, None] * B[..., None, j, :]
     return out
 
 
-# Matrices per chunk of the transpose into the stack-last layout (`_stack_last`).
+# Matrices per chunk of the transposes between the stack-first and stack-last layouts.
 _CHUNK = 16
 
 
-def _stack_last(S: np.ndarray) -> np.ndarray:
-    """A contiguous (k, k, n) copy of a stack (n, k, k), copied in chunks of `_CHUNK` matrices.
+def _stack_last(S: np.ndarray, out: np.ndarray) -> None:
+    """Copy a stack (n, k, k) into ``out`` (k * k, n) (the stack-last layout), in chunks.
 
     In one pass numpy would read the source with the stride of a whole matrix (2 KB at
-    k = 16, a power of two that maps the reads onto few cache sets); chunks keep the reads
-    of each pass within a few cache lines per row (3x faster at n = 800, k = 16).
+    k = 16, a power of two that maps the reads onto few cache sets); chunks of `_CHUNK`
+    matrices keep the reads of each pass within a few cache lines per row (3x faster at
+    n = 800, k = 16).
     """
     n, k = S.shape[0], S.shape[-1]
     flat = S.reshape(n, k * k)
-    out = np.empty((k * k, n))
     for start in range(0, n, _CHUNK):
         out[:, start : start + _CHUNK] = flat[start : start + _CHUNK].T
-    return out.reshape(k, k, n)
 
 
-def inverse_cholesky(S: np.ndarray, shift=None) -> tuple[np.ndarray, np.ndarray]:
+def _stack_first(X: np.ndarray, out: np.ndarray) -> None:
+    """The inverse of `_stack_last`: ``X`` (k * k, n) into ``out`` (n, k * k), in chunks."""
+    for start in range(0, X.shape[1], _CHUNK):
+        out[start : start + _CHUNK] = X[:, start : start + _CHUNK].T
+
+
+class CholeskyWork:
+    """Buffers for `inverse_cholesky` on stacks of up to ``capacity`` (k, k) matrices.
+
+    A filter that factors a stack at every step passes one of these to every call, so that
+    the buffers (about 4 k^2 capacity floats) are allocated once. Fresh arrays of a few MB
+    are not free: the allocator hands them back to the system when they are freed, and each
+    new one then costs a page fault per 4 KB page at its first write (at k = 16, n = 800
+    that was most of the call's time on the development machine).
+    """
+
+    def __init__(self, k: int, capacity: int):
+        self.k, self.capacity = k, capacity
+        self.St = np.empty((k * k, capacity))  # S + shift, stack-last
+        self.L = np.empty((k * k, capacity))  # Cholesky factor (lower triangle), stack-last
+        self.X = np.zeros((k * k, capacity))  # L^-1, stack-last; the upper triangle stays 0
+        self.acc = np.empty((k, capacity))  # one column's (or row's) inner products
+        self.Linv = np.empty((capacity, k * k))  # L^-1, stack-first
+        self.logdet = np.empty(capacity)
+
+
+def inverse_cholesky(
+    S: np.ndarray, shift=None, work: CholeskyWork | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Inverse Cholesky factors ``L^-1`` (``S = L L^T``) and ``log det S`` of a stack (n, k, k).
 
     Vectorised over the stack ("SIMD over matrices"): the stack is copied so that the matrix
     axis is last, and each scalar step of the textbook loops is one numpy operation on rows of
-    length n, instead of one LAPACK call per matrix (numpy has no batched triangular inverse;
-    its per-matrix ``cholesky`` plus a row-by-row solve cost about 3x more at k = 16):
+    length n, instead of one LAPACK call per matrix (numpy has no batched triangular inverse):
 
     * Cholesky, column by column: ``L_jj = sqrt(S_jj - sum_{p<j} L_jp^2)``,
       ``L_ij = (S_ij - sum_{p<j} L_ip L_jp) / L_jj`` for i > j (only the lower triangle of
@@ -75,32 +105,47 @@ def inverse_cholesky(S: np.ndarray, shift=None) -> tuple[np.ndarray, np.ndarray]
 
     ``shift`` (k, k), when given, is added to every matrix first (the factors are those of
     ``S + shift``; a Kalman update passes ``P`` and ``R`` instead of forming ``P + R``).
+    ``work`` (a `CholeskyWork` for k and at least n matrices), when given, holds every
+    intermediate and the results, which are then views into it, overwritten by its next use;
+    each matrix's arithmetic does not depend on n or on the other matrices.
     Returns ``(L^-1, log det S)``, (n, k, k) lower triangular and (n,). A matrix that is not
     positive definite (a pivot <= 0 or NaN) raises ``np.linalg.LinAlgError``.
     """
     n, k = S.shape[0], S.shape[-1]
     if S.shape != (n, k, k):
         raise ValueError(f"inverse_cholesky: S must be a stack (n, k, k), got {S.shape}")
-    St = _stack_last(S)
+    if work is None:
+        work = CholeskyWork(k, n)
+    elif work.k != k or work.capacity < n:
+        raise ValueError(
+            f"inverse_cholesky: work is for up to {work.capacity} matrices ({work.k}, {work.k}),"
+            f" S is {S.shape}"
+        )
+    _stack_last(S, work.St[:, :n])
+    St = work.St[:, :n].reshape(k, k, n)
     if shift is not None:
         St += shift[:, :, None]
-    L = np.empty((k, k, n))  # only the lower triangle is written and read
+    L, X = work.L[:, :n].reshape(k, k, n), work.X[:, :n].reshape(k, k, n)
+    acc = work.acc[:, :n]
     # A pivot <= 0 or NaN gives a NaN or zero L_jj (checked once, at the end), not a warning.
     with np.errstate(invalid="ignore", divide="ignore"):
         for j in range(k):
             col = St[j:, j]
             if j:
-                col = col - np.einsum("ipn,pn->in", L[j:, :j], L[j, :j])
+                col = np.einsum("ipn,pn->in", L[j:, :j], L[j, :j], out=acc[: k - j])
+                np.subtract(St[j:, j], col, out=col)
             np.sqrt(col[0], out=L[j, j])
             np.divide(col[1:], L[j, j], out=L[j + 1 :, j])
-    diagonal = np.diagonal(L, axis1=0, axis2=1)  # (n, k)
+    diagonal = np.diagonal(L, axis1=0, axis2=1).T  # (k, n): rows of n contiguous pivots
     if not np.all(diagonal > 0):  # also catches NaN
         raise np.linalg.LinAlgError("Matrix is not positive definite")
-    X = np.zeros((k, k, n))
     for i in range(k):
         np.divide(1.0, L[i, i], out=X[i, i])
         if i:
-            acc = np.einsum("pn,pjn->jn", L[i, :i], X[:i, :i])
-            np.multiply(acc, -X[i, i], out=X[i, :i])
-    logdet = 2.0 * np.sum(np.log(diagonal), axis=-1)
-    return np.ascontiguousarray(X.transpose(2, 0, 1)), logdet
+            np.einsum("pn,pjn->jn", L[i, :i], X[:i, :i], out=acc[:i])
+            np.multiply(acc[:i], -X[i, i], out=X[i, :i])
+    logdet = work.logdet[:n]
+    np.sum(np.log(diagonal, out=acc), axis=0, out=logdet)
+    logdet *= 2.0
+    _stack_first(work.X[:, :n], work.Linv[:n])
+    return work.Linv[:n].reshape(n, k, k), logdet

@@ -5,6 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from estimators import kalman
 from estimators.kalman import GaussianPrior, kalman_filter, rts_smoother
 from estimators.oracle import dense_filter_smoother
 from sde_sim import LinearMeasurement, LinearSDE, linear_transition, presets, simulate
@@ -265,3 +266,80 @@ def test_predictions_are_the_predict_step_of_the_filtered_moments():
     np.testing.assert_allclose(out.pred_means[:, 1:], want, atol=1e-13)
     diffuse = kalman_filter(sc.system, sc.measurement, sim.z, sim.t_obs)
     assert np.all(np.isnan(diffuse.pred_means[:, 0])) and np.all(np.isnan(diffuse.pred_covs[:, 0]))
+
+
+def _threaded_problem(d: int, B: int, T: int, *, grids: bool, seed: int):
+    """Per-sequence masks (two sequences sharing one, one never observed), optionally on
+    per-sequence time grids; data NaN where missing."""
+    rng = np.random.default_rng(seed)
+    A = 0.3 * rng.normal(size=(d, d)) - 2.0 * np.eye(d)
+    A -= max(0.0, np.linalg.eigvals(A).real.max() + 0.5) * np.eye(d)  # Re(eig) <= -0.5
+    sde = LinearSDE(A, 0.4 * np.eye(d), u=rng.normal(size=d))
+    meas = LinearMeasurement(rng.normal(size=(d - 1, d)), 0.3 * np.eye(d - 1))
+    z = rng.normal(size=(B, T, d - 1))
+    mask = rng.random((B, T)) > 0.25
+    mask[3] = mask[0]  # a group of two sequences (on the same grid when there are three)
+    mask[-1] = False  # a sequence that is never observed
+    z[~mask] = np.nan
+    t = np.arange(T) * 0.1
+    if grids:  # per-sequence times, three distinct grids
+        t = np.cumsum(rng.uniform(0.05, 0.3, size=(3, T)), axis=1)[np.arange(B) % 3]
+    return sde, meas, z, t, mask
+
+
+@pytest.mark.parametrize(
+    ("d", "B", "grids", "threads"),
+    [
+        (6, 11, False, 2),  # the gathered path, 2 uneven ranges (5 + 5 groups)
+        (6, 11, False, 3),  # 3 ranges of 3, 4, 3 groups
+        (6, 11, True, 4),  # several time grids
+        (3, 11, True, 3),  # small matrices on several grids: also `_grouped_filter`
+        (6, 5, False, 8),  # more threads than groups (4): one group each
+    ],
+)
+def test_threads_give_the_one_thread_result(monkeypatch, d, B, grids, threads):
+    # The groups' covariance recursions are independent and each is the same arithmetic in
+    # any range, so splitting them over threads must not change the result beyond round-off
+    # (the means' products run on fewer rows; BLAS may order their sums differently).
+    monkeypatch.setattr(kalman, "_GROUPS_PER_THREAD", 1)  # split even these small batches
+    sde, meas, z, t, mask = _threaded_problem(d, B, 40, grids=grids, seed=d + B)
+    prior = GaussianPrior(np.ones(d), np.eye(d))
+    one = kalman_filter(sde, meas, z, t, prior=prior, mask=mask, threads=1)
+    many = kalman_filter(sde, meas, z, t, prior=prior, mask=mask, threads=threads)
+    assert many.covs.shape[0] == one.covs.shape[0] == B - 1
+    np.testing.assert_array_equal(many.group, one.group)
+    np.testing.assert_allclose(many.covs, one.covs, rtol=1e-14, atol=1e-15)
+    np.testing.assert_allclose(many.means, one.means, rtol=1e-13, atol=1e-14)
+    np.testing.assert_allclose(many.log_likelihood, one.log_likelihood, rtol=1e-13)
+    # The never-observed sequence: the prior carried forward, no log-likelihood.
+    assert many.log_likelihood[-1] == 0.0
+    assert np.all(np.isfinite(many.covs)) and np.all(np.isfinite(many.means))
+
+
+def test_threads_with_a_diffuse_prior_and_one_sequence(monkeypatch):
+    monkeypatch.setattr(kalman, "_GROUPS_PER_THREAD", 1)
+    sde, _, z, t, mask = _threaded_problem(6, 9, 30, grids=False, seed=3)
+    meas = LinearMeasurement.identity(6, 0.3)  # C = I, so a diffuse start is defined
+    z = np.random.default_rng(3).normal(size=(9, 30, 6))
+    mask[:, 0] = True  # a diffuse prior needs every sequence observed first
+    z[~mask] = np.nan
+    one = kalman_filter(sde, meas, z, t, mask=mask, threads=1)
+    two = kalman_filter(sde, meas, z, t, mask=mask, threads=2)
+    np.testing.assert_allclose(two.covs, one.covs, rtol=1e-14, atol=1e-15)
+    np.testing.assert_allclose(two.means, one.means, rtol=1e-13, atol=1e-14)
+    np.testing.assert_allclose(two.log_likelihood, one.log_likelihood, rtol=1e-13)
+    single = kalman_filter(sde, meas, z[4], t, mask=mask[4], threads=2)  # one group
+    np.testing.assert_allclose(single.means, one.means[4], atol=1e-12)
+    np.testing.assert_allclose(single.covs[0], one.covs[one.group[4]], atol=1e-12)
+
+
+@pytest.mark.parametrize("threads", [0, -1, 1.5, True, "2"])
+def test_threads_must_be_a_positive_integer(threads):
+    sde, meas, z, t, mask = _threaded_problem(6, 5, 5, grids=False, seed=0)
+    with pytest.raises(ValueError, match="threads must be a positive integer"):
+        kalman_filter(sde, meas, z, t, mask=mask, prior=GaussianPrior(np.ones(6), np.eye(6)),
+                      threads=threads)  # fmt: skip
+
+
+def test_default_threads_is_at_most_two_and_the_usable_cpus():
+    assert 1 <= kalman.default_threads() <= 2

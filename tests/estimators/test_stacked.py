@@ -95,3 +95,42 @@ def test_update_stack_equals_the_update(d, k, identity):
     P_masked, W_masked, _, _ = lg.update_stack(P, C, R, active=active)
     assert np.array_equal(P_masked[~active], P[~active]) and not np.any(W_masked[~active])
     np.testing.assert_array_equal(P_masked[active], P_new[active])
+
+
+@pytest.mark.parametrize("k", [2, stacked.SMALL + 1, 16])
+def test_inverse_cholesky_with_work_buffers_equals_without(k):
+    # The buffers are reused across calls of different sizes (as a filter's steps do), so a
+    # call must not read what an earlier, larger call left in them.
+    rng = np.random.default_rng(20 + k)
+    work = stacked.CholeskyWork(k, 40)
+    for n in (40, 23, 37):
+        S = _spd(rng, n, k)
+        shift = _spd(rng, 1, k)[0]
+        Linv, logdet = stacked.inverse_cholesky(S, shift=shift, work=work)
+        want, want_logdet = stacked.inverse_cholesky(S, shift=shift)
+        np.testing.assert_array_equal(Linv, want)
+        np.testing.assert_array_equal(logdet, want_logdet)
+    with pytest.raises(ValueError, match="work is for up to 40 matrices"):
+        stacked.inverse_cholesky(_spd(rng, 41, k), work=work)
+    with pytest.raises(ValueError, match="work is for up to 40 matrices"):
+        stacked.inverse_cholesky(_spd(rng, 5, k + 1), work=work)
+
+
+@pytest.mark.parametrize(("d", "k", "identity"), [(2, 2, True), (6, 4, False), (16, 16, True)])
+def test_update_stack_and_predict_with_work_buffers_equal_without(d, k, identity):
+    rng = np.random.default_rng(30 + d)
+    C = np.eye(d) if identity else rng.normal(size=(k, d))
+    R = _spd(rng, 1, C.shape[0])[0]
+    F, Q = rng.normal(size=(d, d)), _spd(rng, 1, d)[0]
+    work = lg.StackWork(d, C.shape[0], 30)
+    for n in (30, 17):
+        P = _spd(rng, n, d)
+        pred = lg.predict_cov(P, F, Q)
+        assert np.array_equal(pred, np.swapaxes(pred, -1, -2))  # exactly symmetric
+        out = np.empty_like(P)
+        np.testing.assert_array_equal(lg.predict_cov(P, F, Q, out=out, work=work), pred)
+        want = lg.update_stack(pred, C, R, identity)
+        got = lg.update_stack(out, C, R, identity, work=work, out=out)  # in place
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a, b)
+        assert got[0] is out
