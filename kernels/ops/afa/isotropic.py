@@ -160,6 +160,10 @@ def _attend_blocks(kernels, q, k, v, qn, kn, temperature, *, causal, block, want
         )
 
     inplace = causal and not want_weights and not _needs_grad(kernels, q, k, v, temperature)
+    # uniform grid in eager mode: the row maximum is replaced by the prior's (`_attend_bounded`;
+    # its fallback is data-dependent control flow, so not while compiling)
+    bounded = inplace and kernels.reversed_keys and not torch.compiler.is_compiling()
+    rational = bounded and bool((temperature == 1).all())
     width = _chunk_width(block, _INFERENCE_KEY_CHUNK if inplace else _KEY_CHUNK)
     rows = block
     if inplace:  # scores -Re(Zq~^H Zk~) come out of the matmul with the sign `u` needs
@@ -171,8 +175,13 @@ def _attend_blocks(kernels, q, k, v, qn, kn, temperature, *, causal, block, want
         i1 = min(i0 + rows, steps)
         j1 = i1 if causal else steps
         if inplace:
-            chunks = [operands(i0, i1, j0, min(j0 + width, j1)) for j0 in range(0, j1, width)]
-            outputs.append(_attend_chunked_inplace(chunks, -temperature))
+            spans = [(i0, i1, j0, min(j0 + width, j1)) for j0 in range(0, j1, width)]
+            chunks = [operands(*span) for span in spans]
+            out = None
+            if bounded:
+                priors = [kernels.prior_lags(*span) for span in spans]
+                out = _attend_bounded(chunks, priors, -temperature, rational=rational)
+            outputs.append(_attend_chunked_inplace(chunks, -temperature) if out is None else out)
             continue
         if j1 > width and not want_weights:
             chunks = [operands(i0, i1, j0, min(j0 + width, steps)) for j0 in range(0, j1, width)]
@@ -289,16 +298,30 @@ class _ToeplitzKernels:
     def tile(self, i0: int, i1: int, j0: int, j1: int) -> _PairKernels:
         """Queries ``[i0, i1)`` against keys ``[j0, j1)`` read in reverse (``j = j1 - 1 - r``):
         the lag index ``i - j + T - 1`` is then ``(T - j1 + i) + r``."""
+        # slice before unfolding, so autograd's backward of the window touches only the
+        # (i1 - i0) + width - 1 lags this tile reads, not every window of the vector
+        return _PairKernels(
+            *(
+                None if x is None else _lag_window(self._lags(x, i0, i1, j0, j1), i1 - i0, j1 - j0)
+                for x in self.vectors
+            )
+        )
+
+    def prior_lags(self, i0: int, i1: int, j0: int, j1: int) -> torch.Tensor:
+        """``log P_v`` on the ``(i1 - i0) + (j1 - j0) - 1`` lags that `tile`'s window of
+        queries ``[i0, i1)`` and keys ``[j0, j1)`` reads: ``(H, lags)``, -inf at ``tau < 0``
+        (causal); ``_lag_window(prior_lags(...), i1 - i0, j1 - j0)`` is ``tile(...).log_prior``."""
+        return self._lags(self.vectors.log_prior, i0, i1, j0, j1)
+
+    def _lags(self, x, i0, i1, j0, j1):
         first = self.steps - j1 + i0
-        width = j1 - j0
+        return x[:, first : first + (i1 - i0) + (j1 - j0) - 1]
 
-        def window(x):
-            # slice before unfolding, so autograd's backward of the window touches only the
-            # (i1 - i0) + width - 1 lags this tile reads, not every window of the vector
-            rows = i1 - i0
-            return x[:, first : first + rows + width - 1].unfold(-1, width, 1).unsqueeze(0)
 
-        return _PairKernels(*(None if x is None else window(x) for x in self.vectors))
+def _lag_window(lags: torch.Tensor, rows: int, width: int) -> torch.Tensor:
+    """``(H, rows + width - 1)`` lag values -> the ``(1, H, rows, width)`` Hankel view
+    ``lags[h, a + r]`` (a window view, no copy)."""
+    return lags.unfold(-1, width, 1).unsqueeze(0)
 
 
 class _IrregularKernels:
@@ -414,4 +437,74 @@ def _attend_chunked_inplace(chunks, neg_temperature):
         values = x.mul_(tile.value_decay) @ v
         total, acc = merge_chunk(peak, new_peak, total, acc, weight_sum, values)
         peak = new_peak
+    return acc / total
+
+
+def _attend_bounded(chunks, priors, neg_temperature, *, rational: bool):
+    """`_attend_chunked_inplace` on the uniform grid with the row maximum replaced by a bound
+    from the prior alone; None where that bound loses precision (the caller then runs
+    `_attend_chunked_inplace`).
+
+    Since ``u >= 0`` and ``temperature >= 0``, ``L = log P_v - temperature log(1 + u) <= log
+    P_v``, so ``c = max log P_v`` over the lags a chunk reads (``priors``: ``(H, lags)``
+    slices, `_ToeplitzKernels.prior_lags`), taken as a running maximum over the chunks, is at
+    least every row's maximum, and ``p = e^{L - c} = e^{log P_v - c} (1 + u)^{-temperature}``
+    lies in ``[0, 1]``: no overflow, and no tile-sized maximum or subtraction. With
+    ``temperature = 1`` (every head) the weight is rational, ``p = e^{log P_v - c} / (1 +
+    u)``: one division replaces the ``log`` and ``exp`` of the tile (the exponential is taken
+    of the ``(H, lags)`` slice only). Sums ``s = sum_j p``, ``acc = sum_j p E_v,j Zv~_j``,
+    rescaled by ``e^{c_old - c_new}`` as in `_attend_chunked`; the output ``acc / s`` is the
+    softmax's (its rows' common factor ``e^{m - c}`` cancels).
+
+    Precision: a bound above the row maximum scales every term down by ``e^{m - c}``, which is
+    harmless until terms reach the subnormal range, where each carries an absolute error up to
+    ``tiny eps`` (float32: ``2^-149``) instead of its relative rounding. Over ``n`` keys that
+    is at most ``n tiny eps`` in ``s`` and ``n tiny eps max|E_v Zv~|`` in ``acc``; where
+    every row has ``s >= n tiny / eps`` these are at most ``eps^2`` of ``s`` (and of the
+    output's scale), below the rounding of the sums themselves. A row below that (a decay
+    without process noise, whose prior spans many orders over the chunk's lags; a large
+    temperature times a large residual; NaN input) makes this return None.
+    """
+    peak = total = acc = None
+    keys = 0
+    for (tile, q, k, v, qn, kn), log_prior in zip(chunks, priors, strict=True):
+        rows, width = q.shape[-2], k.shape[-2]
+        keys += width
+        new_peak = log_prior.amax(dim=-1, keepdim=True)  # (H, 1); finite: every chunk holds
+        if peak is not None:  # a lag >= 0 of its last query
+            new_peak = torch.maximum(peak, new_peak)
+        shifted = log_prior - new_peak  # log P_v - c <= 0, -inf at tau < 0
+        if tile.query is None:  # nu = inf: p = P_v / e^c
+            x = _lag_window(shifted.exp_(), rows, width).expand(*q.shape[:-1], width).clone()
+        else:
+            x = torch.matmul(q, k.transpose(-1, -2))  # -Re(Zq~^H Zk~), as in the exact path
+            x = torch.addcmul(x.new_ones(()), x, tile.cross, out=x)
+            if tile.key is not None:
+                x.addcmul_(tile.key, kn)
+            if qn is None:
+                x.add_(tile.query)
+            else:
+                x.addcmul_(tile.query, qn)
+            x.clamp_min_(1.0)  # 1 + u >= 1 (`_attend_chunked_inplace`)
+            if rational:
+                x = torch.div(_lag_window(shifted.exp_(), rows, width), x, out=x)
+            else:
+                x = torch.addcmul(
+                    _lag_window(shifted, rows, width), x.log_(), neg_temperature, out=x
+                )
+                x.exp_()
+        weight_sum = x.sum(dim=-1, keepdim=True)
+        values = x.mul_(tile.value_decay) @ v
+        total, acc = merge_chunk(
+            None if peak is None else peak.unsqueeze(-1),
+            new_peak.unsqueeze(-1),  # (H, 1, 1) against the (B, H, rows, 1) sums
+            total,
+            acc,
+            weight_sum,
+            values,
+        )
+        peak = new_peak
+    info = torch.finfo(total.dtype)
+    if not bool((total >= keys * info.tiny / info.eps).all()):
+        return None
     return acc / total

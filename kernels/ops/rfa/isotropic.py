@@ -283,14 +283,28 @@ def _causal_inplace(q, k, v, qn, kn, times, toeplitz: bool, cfg: Config, block: 
             terms, keys = _terms(lag.abs(), cfg), slice(j0, j1)
         return terms, q[:, :, r0:r1], k[:, :, keys], v[:, :, keys], qn[:, :, r0:r1], kn[..., keys]
 
+    # uniform grid in eager mode: the row maximum is replaced by the bias' (`_attend_bounded`;
+    # its fallback is data-dependent control flow, so not while compiling)
+    bounded = toeplitz and not torch.compiler.is_compiling()
+    rational = bounded and bool((cfg.neg_coef == -1).all())
     outputs = []
     for r0 in range(0, steps, rows):
         r1 = min(r0 + rows, steps)
-        chunks = [operands(r0, r1, j0, min(j0 + chunk, r1)) for j0 in range(0, r1, chunk)]
-        mask = None
-        if not toeplitz:  # the last chunk's columns [r0 - its start, ...) hold the diagonal
-            mask = (r0 - (r1 - 1) // chunk * chunk, future[: r1 - r0, : r1 - r0])
-        outputs.append(_attend_inplace(chunks, cfg, mask))
+        spans = [(r0, r1, j0, min(j0 + chunk, r1)) for j0 in range(0, r1, chunk)]
+        chunks = [operands(*span) for span in spans]
+        out = None
+        if bounded:
+            biases = [
+                vectors.bias[:, 0, steps - j1 + i0 : steps - j0 + i1 - 1]
+                for i0, i1, j0, j1 in spans
+            ]
+            out = _attend_bounded(chunks, biases, cfg, rational=rational)
+        if out is None:
+            mask = None
+            if not toeplitz:  # the last chunk's columns [r0 - its start, ...) hold the diagonal
+                mask = (r0 - (r1 - 1) // chunk * chunk, future[: r1 - r0, : r1 - r0])
+            out = _attend_inplace(chunks, cfg, mask)
+        outputs.append(out)
     return torch.cat(outputs, dim=2)
 
 
@@ -337,4 +351,62 @@ def _attend_inplace(chunks, cfg: Config, mask) -> torch.Tensor:
         values = x @ v
         total, acc = merge_chunk(peak, new_peak, total, acc, weight_sum, values)
         peak = new_peak
+    return acc / total
+
+
+def _attend_bounded(chunks, biases, cfg: Config, *, rational: bool):
+    """`_attend_inplace` on the uniform grid with the row maximum replaced by a bound from the
+    bias alone; None where that bound loses precision (the caller then runs `_attend_inplace`).
+
+    With ``u >= 0`` and ``tau kappa > 0``, ``tau_s L = bias - tau kappa log(1 + u) <= bias``,
+    so ``c = max bias`` over the lags a chunk reads (``biases``: ``(H, lags)`` slices of the
+    lag vector that the chunk's terms window, -inf at ``tau < 0``), taken as a running maximum
+    over the chunks, is at least every row's maximum and ``p = e^{bias - c} (1 +
+    u)^{-tau kappa}`` lies in ``[0, 1]``: no overflow, and no tile-sized maximum or
+    subtraction. With ``tau kappa = 1`` (every head) the weight is rational, ``p = e^{bias -
+    c} / (1 + u)``: one division replaces the tile's ``log`` and ``exp``. The sums and the
+    output are `_attend_inplace`'s (the rows' common factor ``e^{m - c}`` cancels in ``acc /
+    s``).
+
+    Precision (as AFA's `kernels.ops.afa.isotropic._attend_bounded`): terms scaled into the
+    subnormal range carry an absolute error up to ``tiny eps`` each, at most ``eps^2`` of the
+    sums where every row has ``s >= n tiny / eps`` over its ``n`` keys; a row below that (a
+    bias spanning many orders over the chunk's lags, a large ``tau kappa`` times a large
+    residual, NaN input) makes this return None.
+    """
+    peak = total = acc = None
+    keys = 0
+    for (terms, q, k, v, qn, kn), bias in zip(chunks, biases, strict=True):
+        width = k.shape[-2]
+        keys += width
+        new_peak = bias.amax(dim=-1, keepdim=True)  # (H, 1); finite: every chunk holds
+        if peak is not None:  # a lag >= 0 of its last query
+            new_peak = torch.maximum(peak, new_peak)
+        shifted = bias - new_peak  # bias - c <= 0, -inf at tau < 0
+        x = torch.matmul(q, k.transpose(-1, -2))  # Re(q~^H k~), as in `_attend_inplace`
+        x = torch.addcmul(x.new_ones(()), x, terms.gs, out=x)
+        x.addcmul_(terms.gk, kn)
+        x.addcmul_(terms.gq, qn)
+        x.clamp_min_(1.0)
+        if rational:
+            x = torch.div(shifted.exp_().unfold(-1, width, 1), x, out=x)
+        else:
+            x = torch.addcmul(shifted.unfold(-1, width, 1), x.log_(), cfg.neg_coef, out=x)
+            x.exp_()
+        weight_sum = x.sum(dim=-1, keepdim=True)
+        if terms.decay is not None:
+            x.mul_(terms.decay)  # post-softmax decay, A = A^ * E
+        values = x @ v
+        total, acc = merge_chunk(
+            None if peak is None else peak.unsqueeze(-1),
+            new_peak.unsqueeze(-1),  # (H, 1, 1) against the (B, H, rows, 1) sums
+            total,
+            acc,
+            weight_sum,
+            values,
+        )
+        peak = new_peak
+    info = torch.finfo(total.dtype)
+    if not bool((total >= keys * info.tiny / info.eps).all()):
+        return None
     return acc / total
