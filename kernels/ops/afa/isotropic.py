@@ -32,7 +32,7 @@ from kernels.ops.afa import params
 from kernels.ops.afa.params import AFAOutput, HeadDynamics
 from kernels.ops.afa.precision import log_variance
 from kernels.ops.common import complex_pairs
-from kernels.ops.common.attention import merge_chunk, running_peak
+from kernels.ops.common.attention import accumulate, merge_chunk, running_peak
 from kernels.ops.common.params import Dynamics, Robust
 from kernels.ops.common.rotation import Rotation
 
@@ -179,7 +179,7 @@ def _attend_blocks(kernels, q, k, v, qn, kn, temperature, *, causal, block, want
             chunks = [operands(*span) for span in spans]
             out = None
             if bounded:
-                priors = [kernels.prior_lags(*span) for span in spans]
+                priors = kernels.bounded_priors(spans, rational=rational)
                 out = _attend_bounded(chunks, priors, -temperature, rational=rational)
             outputs.append(_attend_chunked_inplace(chunks, -temperature) if out is None else out)
             continue
@@ -290,6 +290,7 @@ class _ToeplitzKernels:
             lag, HeadDynamics(*map(heads, qk)), HeadDynamics(*map(heads, vd)), heads(nu), **options
         )
         self.steps = steps
+        self._peaks = None  # `bounded_priors`' prefix maxima of log P_v, on first use
 
     def parameters(self) -> tuple:
         """The per-call tensors the tiles are read from (for `_needs_grad`)."""
@@ -307,11 +308,22 @@ class _ToeplitzKernels:
             )
         )
 
-    def prior_lags(self, i0: int, i1: int, j0: int, j1: int) -> torch.Tensor:
-        """``log P_v`` on the ``(i1 - i0) + (j1 - j0) - 1`` lags that `tile`'s window of
-        queries ``[i0, i1)`` and keys ``[j0, j1)`` reads: ``(H, lags)``, -inf at ``tau < 0``
-        (causal); ``_lag_window(prior_lags(...), i1 - i0, j1 - j0)`` is ``tile(...).log_prior``."""
-        return self._lags(self.vectors.log_prior, i0, i1, j0, j1)
+    def bounded_priors(self, spans, *, rational: bool) -> list[torch.Tensor]:
+        """The prior relative to its bound for the chunks ``spans = [(i0, i1, j0, j1), ...]``
+        of one causal group of queries ``[i0, i1)`` (`_attend_bounded`): ``log P_v - c``, or
+        with ``rational`` ``e^{log P_v - c} = P_v / e^c``, as the ``(1, H, rows, width)``
+        windows `tile` reads, where ``c = max log P_v`` over the lags ``0 .. i1 - 1`` the group
+        sees (a prefix maximum, ``(H, T)``, formed once per call)."""
+        if self._peaks is None:
+            self._peaks = torch.cummax(self.vectors.log_prior[:, self.steps - 1 :], dim=-1)[0]
+        i1 = spans[0][1]
+        shifted = self.vectors.log_prior - self._peaks[:, i1 - 1 : i1]  # (H, 2T - 1), <= 0
+        if rational:
+            shifted = shifted.exp_()
+        return [
+            _lag_window(self._lags(shifted, *span), span[1] - span[0], span[3] - span[2])
+            for span in spans
+        ]
 
     def _lags(self, x, i0, i1, j0, j1):
         first = self.steps - j1 + i0
@@ -446,15 +458,15 @@ def _attend_bounded(chunks, priors, neg_temperature, *, rational: bool):
     `_attend_chunked_inplace`).
 
     Since ``u >= 0`` and ``temperature >= 0``, ``L = log P_v - temperature log(1 + u) <= log
-    P_v``, so ``c = max log P_v`` over the lags a chunk reads (``priors``: ``(H, lags)``
-    slices, `_ToeplitzKernels.prior_lags`), taken as a running maximum over the chunks, is at
-    least every row's maximum, and ``p = e^{L - c} = e^{log P_v - c} (1 + u)^{-temperature}``
-    lies in ``[0, 1]``: no overflow, and no tile-sized maximum or subtraction. With
-    ``temperature = 1`` (every head) the weight is rational, ``p = e^{log P_v - c} / (1 +
-    u)``: one division replaces the ``log`` and ``exp`` of the tile (the exponential is taken
-    of the ``(H, lags)`` slice only). Sums ``s = sum_j p``, ``acc = sum_j p E_v,j Zv~_j``,
-    rescaled by ``e^{c_old - c_new}`` as in `_attend_chunked`; the output ``acc / s`` is the
-    softmax's (its rows' common factor ``e^{m - c}`` cancels).
+    P_v``, so ``c = max log P_v`` over the lags ``0 .. i1 - 1`` that a group of queries
+    ``[i0, i1)`` sees is at least every row's maximum, and ``p = e^{L - c} = e^{log P_v - c}
+    (1 + u)^{-temperature}`` lies in ``[0, 1]``: no overflow, no tile-sized maximum or
+    subtraction, and, ``c`` being one per group, no rescaling between chunks. ``priors`` are
+    the chunks' windows of ``log P_v - c`` (`_ToeplitzKernels.bounded_priors`). With
+    ``temperature = 1`` (every head) the weight is rational and ``priors`` hold ``e^{log P_v -
+    c}``: ``p = e^{log P_v - c} / (1 + u)``, one division for the tile's ``log`` and ``exp``.
+    Sums ``s = sum_j p``, ``acc = sum_j p E_v,j Zv~_j`` (accumulated by the matmul); the
+    output ``acc / s`` is the softmax's (its rows' common factor ``e^{m - c}`` cancels).
 
     Precision: a bound above the row maximum scales every term down by ``e^{m - c}``, which is
     harmless until terms reach the subnormal range, where each carries an absolute error up to
@@ -462,20 +474,18 @@ def _attend_bounded(chunks, priors, neg_temperature, *, rational: bool):
     is at most ``n tiny eps`` in ``s`` and ``n tiny eps max|E_v Zv~|`` in ``acc``; where
     every row has ``s >= n tiny / eps`` these are at most ``eps^2`` of ``s`` (and of the
     output's scale), below the rounding of the sums themselves. A row below that (a decay
-    without process noise, whose prior spans many orders over the chunk's lags; a large
-    temperature times a large residual; NaN input) makes this return None.
+    without process noise, whose prior grows by orders over the group; a large temperature
+    times a large residual; NaN input) makes this return None.
     """
-    peak = total = acc = None
+    total = acc = None
     keys = 0
-    for (tile, q, k, v, qn, kn), log_prior in zip(chunks, priors, strict=True):
-        rows, width = q.shape[-2], k.shape[-2]
+    for (tile, q, k, v, qn, kn), prior in zip(chunks, priors, strict=True):
+        width = k.shape[-2]
         keys += width
-        new_peak = log_prior.amax(dim=-1, keepdim=True)  # (H, 1); finite: every chunk holds
-        if peak is not None:  # a lag >= 0 of its last query
-            new_peak = torch.maximum(peak, new_peak)
-        shifted = log_prior - new_peak  # log P_v - c <= 0, -inf at tau < 0
         if tile.query is None:  # nu = inf: p = P_v / e^c
-            x = _lag_window(shifted.exp_(), rows, width).expand(*q.shape[:-1], width).clone()
+            x = prior.expand(*q.shape[:-1], width).clone()
+            if not rational:
+                x.exp_()
         else:
             x = torch.matmul(q, k.transpose(-1, -2))  # -Re(Zq~^H Zk~), as in the exact path
             x = torch.addcmul(x.new_ones(()), x, tile.cross, out=x)
@@ -487,24 +497,17 @@ def _attend_bounded(chunks, priors, neg_temperature, *, rational: bool):
                 x.addcmul_(tile.query, qn)
             x.clamp_min_(1.0)  # 1 + u >= 1 (`_attend_chunked_inplace`)
             if rational:
-                x = torch.div(_lag_window(shifted.exp_(), rows, width), x, out=x)
+                x = torch.div(prior, x, out=x)
             else:
-                x = torch.addcmul(
-                    _lag_window(shifted, rows, width), x.log_(), neg_temperature, out=x
-                )
-                x.exp_()
+                x = torch.addcmul(prior, x.log_(), neg_temperature, out=x).exp_()
         weight_sum = x.sum(dim=-1, keepdim=True)
-        values = x.mul_(tile.value_decay) @ v
-        total, acc = merge_chunk(
-            None if peak is None else peak.unsqueeze(-1),
-            new_peak.unsqueeze(-1),  # (H, 1, 1) against the (B, H, rows, 1) sums
-            total,
-            acc,
-            weight_sum,
-            values,
-        )
-        peak = new_peak
+        x.mul_(tile.value_decay)
+        if acc is None:
+            total, acc = weight_sum, x @ v
+        else:
+            total.add_(weight_sum)
+            accumulate(acc, x, v)
     info = torch.finfo(total.dtype)
     if not bool((total >= keys * info.tiny / info.eps).all()):
         return None
-    return acc / total
+    return acc.div_(total)

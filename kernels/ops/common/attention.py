@@ -1,7 +1,8 @@
 """Pieces shared by the softmax-type attention forms (AFA, RFA, the positional baselines).
 
 `AttentionOutput` is their result; `head_parameter` reads a per-head parameter; `future_keys`
-is the causal mask; `running_peak` and `merge_chunk` are the online softmax over key chunks.
+is the causal mask; `running_peak` and `merge_chunk` are the online softmax over key chunks,
+`accumulate` a chunk's weighted values added in the matmul itself.
 Shapes: ``(B, H, T, D)`` inputs, ``(B, H, T, T)`` weights.
 """
 
@@ -67,3 +68,13 @@ def merge_chunk(peak, new_peak, total, acc, weight_sum, values):
         return weight_sum, values
     rescale = torch.exp(peak - new_peak)
     return torch.addcmul(weight_sum, total, rescale), torch.addcmul(values, acc, rescale)
+
+
+def accumulate(acc: torch.Tensor, weights: torch.Tensor, values: torch.Tensor) -> None:
+    """``acc += weights @ values`` in place, in one accumulating matmul (``baddbmm``, no
+    temporary): ``acc (B, H, rows, Dv)`` contiguous, ``weights (B, H, rows, keys)``, ``values
+    (B, H, keys, Dv)``. No autograd (in place)."""
+    rows, keys, width = weights.shape[-2], weights.shape[-1], values.shape[-1]
+    acc.view(-1, rows, width).baddbmm_(
+        weights.reshape(-1, rows, keys), values.reshape(-1, keys, width)
+    )

@@ -30,6 +30,7 @@ import torch
 from kernels.ops.common import complex_pairs
 from kernels.ops.common.attention import (
     AttentionOutput,
+    accumulate,
     future_keys,
     merge_chunk,
     running_peak,
@@ -287,15 +288,20 @@ def _causal_inplace(q, k, v, qn, kn, times, toeplitz: bool, cfg: Config, block: 
     # its fallback is data-dependent control flow, so not while compiling)
     bounded = toeplitz and not torch.compiler.is_compiling()
     rational = bounded and bool((cfg.neg_coef == -1).all())
+    if bounded:  # prefix maxima of the bias over the lags 0 .. T - 1, (H, T)
+        peaks = torch.cummax(vectors.bias[:, 0, steps - 1 :], dim=-1)[0]
     outputs = []
     for r0 in range(0, steps, rows):
         r1 = min(r0 + rows, steps)
         spans = [(r0, r1, j0, min(j0 + chunk, r1)) for j0 in range(0, r1, chunk)]
         chunks = [operands(*span) for span in spans]
         out = None
-        if bounded:
+        if bounded:  # bias - c with c its maximum over the lags 0 .. r1 - 1 this group sees
+            shifted = vectors.bias[:, 0] - peaks[:, r1 - 1 : r1]
+            if rational:
+                shifted = shifted.exp_()
             biases = [
-                vectors.bias[:, 0, steps - j1 + i0 : steps - j0 + i1 - 1]
+                _lag_window(shifted.unsqueeze(1), steps - j1 + i0, i1 - i0, j1 - j0)
                 for i0, i1, j0, j1 in spans
             ]
             out = _attend_bounded(chunks, biases, cfg, rational=rational)
@@ -359,54 +365,43 @@ def _attend_bounded(chunks, biases, cfg: Config, *, rational: bool):
     bias alone; None where that bound loses precision (the caller then runs `_attend_inplace`).
 
     With ``u >= 0`` and ``tau kappa > 0``, ``tau_s L = bias - tau kappa log(1 + u) <= bias``,
-    so ``c = max bias`` over the lags a chunk reads (``biases``: ``(H, lags)`` slices of the
-    lag vector that the chunk's terms window, -inf at ``tau < 0``), taken as a running maximum
-    over the chunks, is at least every row's maximum and ``p = e^{bias - c} (1 +
-    u)^{-tau kappa}`` lies in ``[0, 1]``: no overflow, and no tile-sized maximum or
-    subtraction. With ``tau kappa = 1`` (every head) the weight is rational, ``p = e^{bias -
-    c} / (1 + u)``: one division replaces the tile's ``log`` and ``exp``. The sums and the
-    output are `_attend_inplace`'s (the rows' common factor ``e^{m - c}`` cancels in ``acc /
-    s``).
+    so ``c = max bias`` over the lags ``0 .. r1 - 1`` that a group of queries ``[r0, r1)``
+    sees is at least every row's maximum, and ``p = e^{bias - c} (1 + u)^{-tau kappa}`` lies
+    in ``[0, 1]``: no overflow, no tile-sized maximum or subtraction, and, ``c`` being one per
+    group, no rescaling between chunks. ``biases`` are the chunks' ``(H, rows, width)``
+    windows of ``bias - c`` (-inf at ``tau < 0``). With ``tau kappa = 1`` (every head) the
+    weight is rational and ``biases`` hold ``e^{bias - c}``: ``p = e^{bias - c} / (1 + u)``,
+    one division for the tile's ``log`` and ``exp``. The sums and the output are
+    `_attend_inplace`'s (the rows' common factor ``e^{m - c}`` cancels in ``acc / s``).
 
     Precision (as AFA's `kernels.ops.afa.isotropic._attend_bounded`): terms scaled into the
     subnormal range carry an absolute error up to ``tiny eps`` each, at most ``eps^2`` of the
     sums where every row has ``s >= n tiny / eps`` over its ``n`` keys; a row below that (a
-    bias spanning many orders over the chunk's lags, a large ``tau kappa`` times a large
-    residual, NaN input) makes this return None.
+    bias growing by orders over the group, a large ``tau kappa`` times a large residual, NaN
+    input) makes this return None.
     """
-    peak = total = acc = None
+    total = acc = None
     keys = 0
     for (terms, q, k, v, qn, kn), bias in zip(chunks, biases, strict=True):
-        width = k.shape[-2]
-        keys += width
-        new_peak = bias.amax(dim=-1, keepdim=True)  # (H, 1); finite: every chunk holds
-        if peak is not None:  # a lag >= 0 of its last query
-            new_peak = torch.maximum(peak, new_peak)
-        shifted = bias - new_peak  # bias - c <= 0, -inf at tau < 0
+        keys += k.shape[-2]
         x = torch.matmul(q, k.transpose(-1, -2))  # Re(q~^H k~), as in `_attend_inplace`
         x = torch.addcmul(x.new_ones(()), x, terms.gs, out=x)
         x.addcmul_(terms.gk, kn)
         x.addcmul_(terms.gq, qn)
         x.clamp_min_(1.0)
         if rational:
-            x = torch.div(shifted.exp_().unfold(-1, width, 1), x, out=x)
+            x = torch.div(bias, x, out=x)
         else:
-            x = torch.addcmul(shifted.unfold(-1, width, 1), x.log_(), cfg.neg_coef, out=x)
-            x.exp_()
+            x = torch.addcmul(bias, x.log_(), cfg.neg_coef, out=x).exp_()
         weight_sum = x.sum(dim=-1, keepdim=True)
         if terms.decay is not None:
             x.mul_(terms.decay)  # post-softmax decay, A = A^ * E
-        values = x @ v
-        total, acc = merge_chunk(
-            None if peak is None else peak.unsqueeze(-1),
-            new_peak.unsqueeze(-1),  # (H, 1, 1) against the (B, H, rows, 1) sums
-            total,
-            acc,
-            weight_sum,
-            values,
-        )
-        peak = new_peak
+        if acc is None:
+            total, acc = weight_sum, x @ v
+        else:
+            total.add_(weight_sum)
+            accumulate(acc, x, v)
     info = torch.finfo(total.dtype)
     if not bool((total >= keys * info.tiny / info.eps).all()):
         return None
-    return acc / total
+    return acc.div_(total)
