@@ -1,5 +1,7 @@
 """The shared pieces of the attention layers: complex pairs, lag kernel, heads, validation."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -139,3 +141,22 @@ def test_complex_time_stamps_are_refused_by_every_filtering_layer():
                 layer(x, bad)
     with pytest.raises(TypeError, match="t must hold real time stamps"):
         _validation.check_times([0.0, 1.0 + 1e-9j], 2, like=x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+def test_all_finite_matches_isfinite(dtype):
+    """`_validation._all_finite` (the output check of `overflow_warning`: one sum where it can)
+    agrees with ``isfinite().all()``: NaN, +-inf (also both, whose sum is NaN), finite entries
+    whose sum overflows (then the full check decides), empty tensors."""
+    big = torch.finfo(dtype).max
+    cases = {
+        "finite": torch.randn(3, 5).to(dtype),
+        "nan": torch.tensor([1.0, math.nan, 2.0]).to(dtype),
+        "inf": torch.tensor([1.0, math.inf]).to(dtype),
+        "-inf": torch.tensor([-math.inf, 0.0]).to(dtype),
+        "inf and -inf": torch.tensor([math.inf, -math.inf]).to(dtype),
+        "finite, sum overflows": torch.full((4,), big, dtype=dtype),
+        "empty": torch.zeros(0, dtype=dtype),
+    }
+    for name, x in cases.items():
+        assert _validation._all_finite(x) == bool(torch.isfinite(x).all()), name
