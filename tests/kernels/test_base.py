@@ -160,3 +160,51 @@ def test_all_finite_matches_isfinite(dtype):
     }
     for name, x in cases.items():
         assert _validation._all_finite(x) == bool(torch.isfinite(x).all()), name
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("sign", [1, -1])
+def test_rotation_without_autograd_equals_the_differentiable_products(dtype, sign):
+    """`Rotation.apply` without a graph writes both halves with fused products into one tensor,
+    and `Rotation.apply_` in place: bitwise the products of the differentiable form (``x cos2 +
+    -swap(x) sin2``), for a batch broadcast against per-head factors and with ``r != 1``; with
+    a graph `apply_` leaves its argument alone and returns the differentiable result."""
+    from kernels.ops.common.rotation import Rotation
+
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 3, 7, 8, dtype=dtype, generator=gen)
+    angles = torch.randn(1, 3, 7, 4, dtype=dtype, generator=gen)
+    radius = torch.rand(1, 3, 7, 4, dtype=dtype, generator=gen)
+    rotation = Rotation.of(radius * torch.cos(angles), radius * torch.sin(angles))
+    leaf = x.clone().requires_grad_()
+    graph = rotation.apply(leaf, sign)
+    assert graph.grad_fn is not None
+    assert torch.equal(rotation.apply(x, sign), graph.detach())
+    own = x.clone()
+    assert rotation.apply_(own, sign).data_ptr() == own.data_ptr()
+    assert torch.equal(own, graph.detach())
+    again = rotation.apply_(leaf, sign)
+    assert torch.equal(leaf.detach(), x) and torch.equal(again.detach(), graph.detach())
+    # the formula itself: e^{sign i theta} r (re + i im)
+    z = torch.complex(x[..., :4], x[..., 4:]) * radius * torch.exp(sign * 1j * angles)
+    assert_close("rotation", own, torch.cat((z.real, z.imag), -1), atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_squared_modulus_untracked(dtype):
+    """`complex_pairs.squared_modulus_untracked` (a norm, no temporary) is `squared_modulus`
+    within the rounding of a sum of 2n squares and a square root (a few ulp), zero on zero
+    vectors; with a graph it is `squared_modulus` itself, with its gradient ``2 x``."""
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(2, 3, 5, 8, dtype=dtype, generator=gen) * 10
+    x[0, 0, 0] = 0.0
+    got = complex_pairs.squared_modulus_untracked(x)
+    want = complex_pairs.squared_modulus(x)
+    assert got[0, 0, 0] == 0.0
+    eps = torch.finfo(dtype).eps
+    assert_close("untracked |x|^2", got, want, atol=0.0, rtol=8 * eps)
+    leaf = x.clone().requires_grad_()
+    tracked = complex_pairs.squared_modulus_untracked(leaf)
+    assert torch.equal(tracked.detach(), want)
+    tracked.sum().backward()
+    assert torch.equal(leaf.grad, 2 * x)

@@ -32,7 +32,7 @@ from kernels.ops.afa import params
 from kernels.ops.afa.params import AFAOutput, HeadDynamics
 from kernels.ops.afa.precision import log_variance
 from kernels.ops.common import complex_pairs
-from kernels.ops.common.attention import accumulate, merge_chunk, running_peak
+from kernels.ops.common.attention import accumulate, merge_chunk, running_peak, tile_scores
 from kernels.ops.common.params import Dynamics, Robust
 from kernels.ops.common.rotation import Rotation
 
@@ -77,8 +77,8 @@ def isotropic_afa(
     q_t, k_t, v_t = _unrotate(q, phase_qk), _unrotate(k, phase_qk), _unrotate(v, phase_v)
     qn = kn = None
     if p.nu is not None and not normalized_qk:
-        qn = complex_pairs.squared_modulus(q).unsqueeze(-1)
-        kn = complex_pairs.squared_modulus(k).unsqueeze(-2)
+        qn = complex_pairs.squared_modulus_untracked(q).unsqueeze(-1)
+        kn = complex_pairs.squared_modulus_untracked(k).unsqueeze(-2)
 
     output, weights = _attend_blocks(
         kernels,
@@ -93,7 +93,7 @@ def isotropic_afa(
         want_weights=return_weights,
     )
     if phase_v is not None:
-        output = phase_v.apply(output)
+        output = phase_v.apply_(output)  # in place where no graph records it (a new tensor)
     if b_v is not None:
         output = output - b_v
     return AFAOutput(output, weights)
@@ -168,10 +168,13 @@ def _attend_blocks(kernels, q, k, v, qn, kn, temperature, *, causal, block, want
     rational = bounded and bool((temperature == 1).all())
     width = _chunk_width(block, _INFERENCE_KEY_CHUNK if inplace else _KEY_CHUNK)
     rows = block
+    workspace = None
     if inplace:  # scores -Re(Zq~^H Zk~) come out of the matmul with the sign `u` needs
         k = k.neg_() if flip else -k  # (the flipped keys are this call's own copy)
         # whole blocks per group, with rows x width <= block x T scores per tile
         rows = block * max(1, min(_INFERENCE_ROWS // block, steps // width))
+        if bounded:  # one score tile for the whole call (`tile_scores`)
+            workspace = q.new_empty(batch * heads * min(rows, steps) * min(width, steps))
     outputs, weights = [], []
     for i0 in range(0, steps, rows):
         i1 = min(i0 + rows, steps)
@@ -182,7 +185,9 @@ def _attend_blocks(kernels, q, k, v, qn, kn, temperature, *, causal, block, want
             out = None
             if bounded:
                 priors = kernels.bounded_priors(spans, rational=rational)
-                out = _attend_bounded(chunks, priors, -_LOG2E * temperature, rational=rational)
+                out = _attend_bounded(
+                    chunks, priors, -_LOG2E * temperature, rational=rational, workspace=workspace
+                )
             outputs.append(_attend_chunked_inplace(chunks, -temperature) if out is None else out)
             continue
         if j1 > width and not want_weights:
@@ -454,7 +459,7 @@ def _attend_chunked_inplace(chunks, neg_temperature):
     return acc / total
 
 
-def _attend_bounded(chunks, priors, neg_temperature, *, rational: bool):
+def _attend_bounded(chunks, priors, neg_temperature, *, rational: bool, workspace):
     """`_attend_chunked_inplace` on the uniform grid with the row maximum replaced by a bound
     from the prior alone; None where that bound loses precision (the caller then runs
     `_attend_chunked_inplace`).
@@ -470,7 +475,8 @@ def _attend_bounded(chunks, priors, neg_temperature, *, rational: bool):
     Otherwise the exponential is taken in base 2 (``exp2`` costs half of ``exp`` on CPU):
     ``priors`` hold ``(log P_v - c) log2(e)`` and ``neg_temperature`` is ``-temperature
     log2(e)``.
-    Sums ``s = sum_j p``, ``acc = sum_j p E_v,j Zv~_j`` (accumulated by the matmul); the
+    Every chunk's scores go to ``workspace`` (`tile_scores`). Sums ``s = sum_j p``, ``acc =
+    sum_j p E_v,j Zv~_j`` (accumulated by the matmul); the
     output ``acc / s`` is the softmax's (its rows' common factor ``e^{m - c}`` cancels).
 
     Precision: a bound above the row maximum scales every term down by ``e^{m - c}``, which is
@@ -488,11 +494,12 @@ def _attend_bounded(chunks, priors, neg_temperature, *, rational: bool):
         width = k.shape[-2]
         keys += width
         if tile.query is None:  # nu = inf: p = P_v / e^c
-            x = prior.expand(*q.shape[:-1], width).clone()
+            shape = (*q.shape[:-1], width)
+            x = workspace[: math.prod(shape)].view(shape).copy_(prior.expand(shape))
             if not rational:
                 x.exp2_()
         else:
-            x = torch.matmul(q, k.transpose(-1, -2))  # -Re(Zq~^H Zk~), as in the exact path
+            x = tile_scores(workspace, q, k)  # -Re(Zq~^H Zk~), as in the exact path
             x = torch.addcmul(x.new_ones(()), x, tile.cross, out=x)
             if tile.key is not None:
                 x.addcmul_(tile.key, kn)

@@ -35,6 +35,7 @@ from kernels.ops.common.attention import (
     future_keys,
     merge_chunk,
     running_peak,
+    tile_scores,
 )
 from kernels.ops.common.params import Dynamics, Robust
 from kernels.ops.common.rotation import Rotation, from_origin
@@ -105,8 +106,10 @@ def rfa_attention(
     q_rot = rotation.apply(q, sign=-1) if rotate_qk else q
     k_rot = rotation.apply(k, sign=-1) if rotate_qk else k
     v_rot = rotation.apply(v, sign=-1) if rotate_values else v
-    q_norm = complex_pairs.squared_modulus(q).unsqueeze(-1)  # (B, H, T, 1), rotation-invariant
-    k_norm = complex_pairs.squared_modulus(k).unsqueeze(-2)  # (B, H, 1, T)
+    q_norm = complex_pairs.squared_modulus_untracked(q).unsqueeze(
+        -1
+    )  # (B, H, T, 1), rotation-invariant
+    k_norm = complex_pairs.squared_modulus_untracked(k).unsqueeze(-2)  # (B, H, 1, T)
 
     block = min(block_size, steps)
     if (
@@ -116,7 +119,7 @@ def rfa_attention(
         and not _needs_grad(q, k, v, p.times, p.frequencies, *cfg)
     ):
         out = _causal_inplace(q_rot, k_rot, v_rot, q_norm, k_norm, times, t is None, cfg, block)
-        return AttentionOutput(rotation.apply(out, sign=1) if rotate_values else out, None)
+        return AttentionOutput(rotation.apply_(out, sign=1) if rotate_values else out, None)
     width = steps + block - 1 if causal else 2 * steps - 1
     strip = None
     if t is None:
@@ -293,6 +296,8 @@ def _causal_inplace(q, k, v, qn, kn, times, toeplitz: bool, cfg: Config, block: 
     rational = bounded and bool((cfg.neg_coef == -1).all())
     if bounded:  # prefix maxima of the bias over the lags 0 .. T - 1, (H, T)
         peaks = torch.cummax(vectors.bias[:, 0, steps - 1 :], dim=-1)[0]
+        # one score tile for the whole call (`tile_scores`)
+        workspace = q.new_empty(q.shape[0] * q.shape[1] * min(rows, steps) * min(chunk, steps))
     outputs = []
     for r0 in range(0, steps, rows):
         r1 = min(r0 + rows, steps)
@@ -306,7 +311,7 @@ def _causal_inplace(q, k, v, qn, kn, times, toeplitz: bool, cfg: Config, block: 
                 _lag_window(shifted.unsqueeze(1), steps - j1 + i0, i1 - i0, j1 - j0)
                 for i0, i1, j0, j1 in spans
             ]
-            out = _attend_bounded(chunks, biases, cfg, rational=rational)
+            out = _attend_bounded(chunks, biases, cfg, rational=rational, workspace=workspace)
         if out is None:
             mask = None
             if not toeplitz:  # the last chunk's columns [r0 - its start, ...) hold the diagonal
@@ -362,7 +367,7 @@ def _attend_inplace(chunks, cfg: Config, mask) -> torch.Tensor:
     return acc / total
 
 
-def _attend_bounded(chunks, biases, cfg: Config, *, rational: bool):
+def _attend_bounded(chunks, biases, cfg: Config, *, rational: bool, workspace):
     """`_attend_inplace` on the uniform grid with the row maximum replaced by a bound from the
     bias alone; None where that bound loses precision (the caller then runs `_attend_inplace`).
 
@@ -375,7 +380,7 @@ def _attend_bounded(chunks, biases, cfg: Config, *, rational: bool):
     weight is rational and ``biases`` hold ``e^{bias - c}``: ``p = e^{bias - c} / (1 + u)``,
     one division for the tile's ``log`` and ``exp``; otherwise ``biases`` hold ``(bias - c)
     log2(e)`` and the exponential is taken in base 2 (``exp2`` costs half of ``exp`` on CPU).
-    The sums and the output are
+    Every chunk's scores go to ``workspace`` (`tile_scores`). The sums and the output are
     `_attend_inplace`'s (the rows' common factor ``e^{m - c}`` cancels in ``acc / s``).
 
     Precision (as AFA's `kernels.ops.afa.isotropic._attend_bounded`): terms scaled into the
@@ -388,7 +393,7 @@ def _attend_bounded(chunks, biases, cfg: Config, *, rational: bool):
     keys = 0
     for (terms, q, k, v, qn, kn), bias in zip(chunks, biases, strict=True):
         keys += k.shape[-2]
-        x = torch.matmul(q, k.transpose(-1, -2))  # Re(q~^H k~), as in `_attend_inplace`
+        x = tile_scores(workspace, q, k)  # Re(q~^H k~), as in `_attend_inplace`
         x = torch.addcmul(x.new_ones(()), x, terms.gs, out=x)
         x.addcmul_(terms.gk, kn)
         x.addcmul_(terms.gq, qn)
