@@ -14,7 +14,8 @@ and the decay ``E(tau) = e^{-a tau}`` are ``(T, T)`` matrices. With ``Zq~_i = e^
 On the uniform grid ``t = None`` every kernel is Toeplitz (3.3): it is evaluated once per call
 on the ``2T - 1`` lags. Queries are processed in blocks of ``block_size`` (causal blocks stop at
 their last query), so at most ``(B, H, block_size, T)`` scores exist at a time; there is no
-data-dependent control flow (``torch.compile`` traces it). The fused kernel
+data-dependent control flow while compiling (``torch.compile`` traces it; in eager mode the
+bounded inference path, `_attend_bounded`, may fall back to the exact one). The fused kernel
 (`kernels.ops.afa.triton`) computes the same without forming the scores.
 
 Shapes: ``q, k (B, H, T, D)``, ``v (B, H, T, Dv)``; output ``(B, H, T, Dv)``, weights
@@ -317,11 +318,10 @@ class _ToeplitzKernels:
 
     def bounded_priors(self, spans, *, rational: bool) -> list[torch.Tensor]:
         """The prior relative to its bound for the chunks ``spans = [(i0, i1, j0, j1), ...]``
-        of one causal group of queries ``[i0, i1)`` (`_attend_bounded`): ``log P_v - c``, or
-        with ``rational`` ``e^{log P_v - c} = P_v / e^c``, else in base 2, ``(log P_v - c)
-        log2(e)``, as the ``(1, H, rows, width)``
-        windows `tile` reads, where ``c = max log P_v`` over the lags ``0 .. i1 - 1`` the group
-        sees (a prefix maximum, ``(H, T)``, formed once per call)."""
+        of one causal group of queries ``[i0, i1)`` (`_attend_bounded`), as the ``(1, H, rows,
+        width)`` windows `tile` reads: ``e^{log P_v - c} = P_v / e^c`` with ``rational``, else
+        ``(log P_v - c) log2(e)`` (base 2), where ``c = max log P_v`` over the lags ``0 .. i1 -
+        1`` the group sees (a prefix maximum, ``(H, T)``, formed once per call)."""
         if self._peaks is None:
             self._peaks = torch.cummax(self.vectors.log_prior[:, self.steps - 1 :], dim=-1)[0]
         i1 = spans[0][1]

@@ -14,8 +14,10 @@ of ``block_size`` rows, each against the keys it may see (the causal triangle on
 ``t=None`` (``t_i = i``) the lag kernels are Toeplitz: they are evaluated once per call on a
 vector of ``T + 2 block`` lags, laid out as one ``(H, block, T + block)`` strip (a window view
 with its rows reversed), and each block reads a slice of it. With explicit stamps the lags of
-each block are evaluated from ``t``. There is no data-dependent Python control flow after the
-argument checks (the block loop depends on shapes only), so ``torch.compile`` traces it.
+each block are evaluated from ``t``. While compiling there is no data-dependent Python control
+flow after the argument checks (the block loop depends on shapes only), so ``torch.compile``
+traces it; in eager mode the bounded inference path (`_attend_bounded`) may fall back to the
+exact one.
 
 Shapes: ``q, k (B, H, T, D)``, ``v (B, H, T, Dv)``; output ``(B, H, T, Dv)``; weights
 ``(B, H, T, T)``.
