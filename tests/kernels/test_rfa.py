@@ -185,7 +185,7 @@ def test_bounded_inference_path_at_extreme_inputs(case, dtype, monkeypatch):
     from kernels.ops.rfa import isotropic
 
     monkeypatch.setattr(isotropic, "_INFERENCE_KEY_CHUNK", 64)
-    monkeypatch.setattr(isotropic, "_INFERENCE_ROWS", 64)  # chunks of 64 and 16 keys
+    monkeypatch.setattr(isotropic, "_INFERENCE_ROWS", 64)  # block 16: chunks of 64 and 16 keys
     seen = _record_inplace_paths(monkeypatch, isotropic)
     gen = _gen(20)
     B, H, T, D = 2, 3, 80, 8
@@ -208,14 +208,14 @@ def test_bounded_inference_path_at_extreme_inputs(case, dtype, monkeypatch):
     cast = {key: x.to(dtype) for key, x in p.items()}
     qkv = [x.to(dtype) for x in (q, k, v)]
     with torch.no_grad():
-        fast = rfa_attention(*qkv, causal=True, **cast).output
+        fast = rfa_attention(*qkv, causal=True, block_size=16, **cast).output
     falls_back = f32_falls_back if dtype == torch.float32 else f64_falls_back
     assert seen["bounded"] and (seen["fallbacks"] > 0) == falls_back, seen
     assert len(seen["exact"]) == seen["fallbacks"]  # each fallback reruns its group exactly
     assert torch.isfinite(fast).all()
     if dtype == F64:
         leaves = [x.clone().requires_grad_() for x in (q, k, v)]
-        slow = rfa_attention(*leaves, causal=True, **p).output
+        slow = rfa_attention(*leaves, causal=True, block_size=16, **p).output
         assert_close(f"{case}: in-place vs autograd path", fast, slow, atol=1e-12)
         return
     # float32 against the exact in-place path (`_attend_bounded` switched off): the same
@@ -224,7 +224,7 @@ def test_bounded_inference_path_at_extreme_inputs(case, dtype, monkeypatch):
     # 1, |E| <= 1); groups that fall back are the exact path's own result.
     monkeypatch.setattr(isotropic, "_attend_bounded", lambda *args, **kwargs: None)
     with torch.no_grad():
-        exact = rfa_attention(*qkv, causal=True, **cast).output
+        exact = rfa_attention(*qkv, causal=True, block_size=16, **cast).output
     atol = 64 * torch.finfo(dtype).eps * v.abs().max().item()
     assert_close(f"{case}: bounded vs exact float32 path", fast, exact, atol=atol)
 
