@@ -263,10 +263,13 @@ def _causal_inplace(q, k, v, qn, kn, times, toeplitz: bool, cfg: Config, block: 
     is more), keys in chunks of `_INFERENCE_KEY_CHUNK` (a multiple of the group; `_attend_inplace`,
     `_attend_bounded`).
 
-    Uniform grid (``toeplitz``): as in AFA's torch form the keys are read in reverse order
-    (``j = j1 - 1 - r``), so every term of a tile is a window view of one vector over the
-    ``2T - 1`` lags ``tau = i - j`` (a few KiB that stay in cache, instead of slices of a
-    ``(H, block, T + block)`` strip), and the causal mask is the bias' ``-inf`` at ``tau < 0``.
+    Uniform grid (``toeplitz``): the queries of a group are read in reverse order (``i = r1 -
+    1 - a``, from one reversed copy of ``q``; the group's output rows are put back in order),
+    so every term of a tile is a window view ``y[T - r1 + j0 + a + r]`` of one vector over the
+    ``2T - 1`` lags in reverse, ``y[m] = f(T - 1 - m)`` (a few KiB that stay in cache, instead
+    of slices of a ``(H, block, T + block)`` strip), and the causal mask is the bias' ``-inf``
+    at ``tau < 0``. (Reversing the queries, not the keys and values as AFA's torch form does,
+    copies one ``(B, H, T, D)`` tensor instead of two.)
     Explicit stamps: the terms of each chunk from its lags, the mask added to the last chunk.
     """
     steps = q.shape[-2]
@@ -276,31 +279,39 @@ def _causal_inplace(q, k, v, qn, kn, times, toeplitz: bool, cfg: Config, block: 
         lag = torch.arange(1 - steps, steps, dtype=q.dtype, device=q.device)
         vectors = _terms(lag.abs().view(1, 1, -1), cfg)
         bias = lag.new_zeros(()) if vectors.bias is None else vectors.bias
-        vectors = vectors._replace(
-            bias=torch.where(lag < 0, float("-inf"), bias).view(-1, 1, lag.numel())
-        )
-        k, v, kn = k.flip(-2), v.flip(-2), kn.flip(-1)
+        bias = torch.where(lag < 0, float("-inf"), bias).view(-1, 1, lag.numel())
+        peaks = torch.cummax(bias[:, 0, steps - 1 :], dim=-1)[0]  # over lags 0 .. T - 1
+        # in reverse (the other terms are even in the lag)
+        vectors = vectors._replace(bias=bias.flip(-1))
+        q, qn = q.flip(-2), qn.flip(-2)
     future = torch.zeros(rows, rows, dtype=q.dtype, device=q.device).masked_fill(
         future_keys(rows, device=q.device), float("-inf")
     )
 
     def operands(r0, r1, j0, j1):
-        if toeplitz:  # keys [j0, j1) reversed: [T - j1, T - j0) of the flipped sequence
-            first, cols = steps - j1 + r0, j1 - j0
+        queries = slice(r0, r1)
+        if toeplitz:  # queries [r0, r1) reversed: [T - r1, T - r0) of the flipped sequence
+            first, cols = steps - r1 + j0, j1 - j0
             terms = _Terms(*(_lag_window(x, first, r1 - r0, cols) for x in vectors))
-            keys = slice(steps - j1, steps - j0)
+            queries = slice(steps - r1, steps - r0)
         else:
             lag = times[..., r0:r1].unsqueeze(-1) - times[..., j0:j1].unsqueeze(-2)
-            terms, keys = _terms(lag.abs(), cfg), slice(j0, j1)
-        return terms, q[:, :, r0:r1], k[:, :, keys], v[:, :, keys], qn[:, :, r0:r1], kn[..., keys]
+            terms = _terms(lag.abs(), cfg)
+        keys = slice(j0, j1)
+        return (
+            terms,
+            q[:, :, queries],
+            k[:, :, keys],
+            v[:, :, keys],
+            qn[:, :, queries],
+            kn[..., keys],
+        )
 
     # uniform grid in eager mode: the row maximum is replaced by the bias' (`_attend_bounded`;
     # its fallback is data-dependent control flow, so not while compiling)
     bounded = toeplitz and not torch.compiler.is_compiling()
     rational = bounded and bool((cfg.neg_coef == -1).all())
-    if bounded:  # prefix maxima of the bias over the lags 0 .. T - 1, (H, T)
-        peaks = torch.cummax(vectors.bias[:, 0, steps - 1 :], dim=-1)[0]
-        # one score tile for the whole call (`tile_scores`)
+    if bounded:  # one score tile for the whole call (`tile_scores`)
         workspace = q.new_empty(q.shape[0] * q.shape[1] * min(rows, steps) * min(chunk, steps))
     outputs = []
     for r0 in range(0, steps, rows):
@@ -312,7 +323,7 @@ def _causal_inplace(q, k, v, qn, kn, times, toeplitz: bool, cfg: Config, block: 
             shifted = vectors.bias[:, 0] - peaks[:, r1 - 1 : r1]
             shifted = shifted.exp_() if rational else shifted.mul_(_LOG2E)  # base 2
             biases = [
-                _lag_window(shifted.unsqueeze(1), steps - j1 + i0, i1 - i0, j1 - j0)
+                _lag_window(shifted.unsqueeze(1), steps - i1 + j0, i1 - i0, j1 - j0)
                 for i0, i1, j0, j1 in spans
             ]
             out = _attend_bounded(chunks, biases, cfg, rational=rational, workspace=workspace)
@@ -321,7 +332,7 @@ def _causal_inplace(q, k, v, qn, kn, times, toeplitz: bool, cfg: Config, block: 
             if not toeplitz:  # the last chunk's columns [r0 - its start, ...) hold the diagonal
                 mask = (r0 - (r1 - 1) // chunk * chunk, future[: r1 - r0, : r1 - r0])
             out = _attend_inplace(chunks, cfg, mask)
-        outputs.append(out)
+        outputs.append(out.flip(-2) if toeplitz else out)  # rows back in order
     return torch.cat(outputs, dim=2)
 
 
