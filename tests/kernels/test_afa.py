@@ -1038,31 +1038,51 @@ def test_key_chunks_equal_the_whole_rows(causal, nu, times, monkeypatch):
         assert_close(f"d{name}", a.grad, b.grad, atol=SAME_FORMULA_ATOL)
 
 
+def _record_inplace_paths(monkeypatch, isotropic):
+    """Record the key widths of every group the in-place paths see: ``{"bounded": [...],
+    "exact": [...]}`` (`_attend_bounded`, `_attend_chunked_inplace`), and whether each bounded
+    group fell back (``"fallbacks"``)."""
+    seen = {"bounded": [], "exact": [], "fallbacks": 0, "rational": set()}
+    bounded, exact = isotropic._attend_bounded, isotropic._attend_chunked_inplace
+
+    def record_bounded(chunks, *args, **kwargs):
+        seen["bounded"].append([chunk[2].shape[-2] for chunk in chunks])
+        seen["rational"].add(kwargs["rational"])
+        out = bounded(chunks, *args, **kwargs)
+        seen["fallbacks"] += out is None
+        return out
+
+    def record_exact(chunks, *args):
+        seen["exact"].append([chunk[2].shape[-2] for chunk in chunks])
+        return exact(chunks, *args)
+
+    monkeypatch.setattr(isotropic, "_attend_bounded", record_bounded)
+    monkeypatch.setattr(isotropic, "_attend_chunked_inplace", record_exact)
+    return seen
+
+
 @pytest.mark.parametrize("times", ["uniform", "batched"])
 @pytest.mark.parametrize("nu", [math.inf, 1.3])
 @pytest.mark.parametrize("options", ["plain", "biases", "normalized"])
-def test_inplace_inference_path_equals_the_autograd_path(times, nu, options, monkeypatch):
-    """Without autograd a causal call runs `_attend_chunked_inplace` (issue 19: in-place passes,
-    keys in chunks, queries in groups of whole blocks): the same output as the autograd path
-    (and, plain, the tensor form) at T = 11 (not a multiple of the block, the group or the
-    chunk: 3 chunks of 4, 4, 3 keys for the last group), uniform and irregular stamps, with
-    biases and normalized queries/keys."""
+@pytest.mark.parametrize("temperature", [1.4, 1.0])
+def test_inplace_inference_path_equals_the_autograd_path(
+    times, nu, options, temperature, monkeypatch
+):
+    """Without autograd a causal call runs in place (issue 19: keys in chunks, queries in
+    groups of whole blocks): on the uniform grid `_attend_bounded` (the prior's maximum for the
+    row maximum; ``temperature = 1``: the rational weight, no log or exp), on stamps
+    `_attend_chunked_inplace`. The same output as the autograd path (and, plain, the tensor
+    form) at T = 11 (not a multiple of the block, the group or the chunk: 3 chunks of 4, 4, 3
+    keys for the last group), with biases and normalized queries/keys."""
     from kernels.ops.afa import isotropic
 
     monkeypatch.setattr(isotropic, "_INFERENCE_KEY_CHUNK", 4)
     monkeypatch.setattr(isotropic, "_INFERENCE_ROWS", 4)  # groups of 2 blocks of 2 queries
-    widths = []
-    inplace = isotropic._attend_chunked_inplace
-
-    def recorded(chunks, *args):
-        widths.append([chunk[2].shape[-2] for chunk in chunks])
-        return inplace(chunks, *args)
-
-    monkeypatch.setattr(isotropic, "_attend_chunked_inplace", recorded)
+    seen = _record_inplace_paths(monkeypatch, isotropic)
     gen = torch.Generator().manual_seed(19)
     q, k, v, t, qk, value = _eleven_step_problem(gen, times)
     heads, n, nv = q.shape[1], q.shape[-1] // 2, v.shape[-1] // 2
-    common = {"t": t, "nu": nu, "temperature": 1.4, "causal": True, **qk, **value}
+    common = {"t": t, "nu": nu, "temperature": temperature, "causal": True, **qk, **value}
     extra = {
         "plain": {},
         "biases": {
@@ -1074,17 +1094,86 @@ def test_inplace_inference_path_equals_the_autograd_path(times, nu, options, mon
     with torch.no_grad():
         fast = afa.isotropic_afa(q, k, v, block_size=2, **common, **extra).output
         whole = afa.tensor_afa(q, k, v, **common).output
-    assert [4, 4, 3] in widths, widths
-    calls = len(widths)
+    path = "bounded" if times == "uniform" else "exact"
+    assert [4, 4, 3] in seen[path], seen
+    assert seen["fallbacks"] == 0 and seen["rational"] <= {temperature == 1.0}
+    calls = len(seen["bounded"]) + len(seen["exact"])
     leaves = [x.clone().requires_grad_() for x in (q, k, v)]
     slow = afa.isotropic_afa(*leaves, block_size=2, **common, **extra).output
-    assert len(widths) == calls  # inputs needing gradients: the out-of-place path ran
+    assert len(seen["bounded"]) + len(seen["exact"]) == calls  # autograd: out-of-place path
     assert_close("in-place vs autograd path", fast, slow, atol=SAME_FORMULA_ATOL)
     with torch.no_grad():  # default block, one chunk per group
         default = afa.isotropic_afa(q, k, v, **common, **extra).output
     assert_close("in-place path, default block", default, fast, atol=SAME_FORMULA_ATOL)
     if options == "plain":
         assert_close("in-place path vs tensor form", fast, whole, atol=SAME_FORMULA_ATOL)
+
+
+# Extreme inputs for `_attend_bounded`: (changes, whether it falls back in float32, in float64)
+_EXTREME = {
+    # sigma^2 = 0: log P_v = 2 a tau - log eta^2 grows by 2 a = 1.1 a lag, so a chunk's first
+    # row sees at most e^{-69} of the bound (1e-30: below n tiny / eps in float32 only)
+    "no process noise": ({"process_var": 0.0, "decay": 0.55}, {}, True, False),
+    # (1 + u)^-500 with u ~ 10 at lag 0: e^-1200, below either dtype's range
+    "large temperature": ({}, {"temperature": 500.0}, True, True),
+    # query 7 of magnitude ~1e13: u ~ 1e27, (1 + u)^-2 ~ 1e-54 (float32's range ends at 1e-38)
+    "outlier": ({}, {"temperature": 2.0, "outlier": 1e13}, True, False),
+    # decay 1e-8: every prior and decay rounds to its zero-lag value
+    "tiny decay": ({"decay": 1e-8}, {}, False, False),
+    # decay 30: E = e^{-30 tau} flushed to 0 beyond a lag or two
+    "huge decay": ({"decay": 30.0}, {}, False, False),
+}
+
+
+@pytest.mark.parametrize("case", list(_EXTREME))
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+def test_bounded_inference_path_at_extreme_inputs(case, dtype, monkeypatch):
+    """`_attend_bounded` replaces the row maximum by the prior's. Where that bound is so far
+    above a row's maximum that the row's terms leave the dtype's range (`_EXTREME`) it must
+    fall back to `_attend_chunked_inplace` (the exact row maximum), elsewhere agree without
+    one; either way the in-place output equals the float64 autograd path (float32: within
+    the rounding of its logits)."""
+    from kernels.ops.afa import isotropic
+
+    monkeypatch.setattr(isotropic, "_INFERENCE_KEY_CHUNK", 64)
+    monkeypatch.setattr(isotropic, "_INFERENCE_ROWS", 64)  # chunks of 64 and 16 keys
+    seen = _record_inplace_paths(monkeypatch, isotropic)
+    gen = torch.Generator().manual_seed(20)
+    batch, heads, steps, n = 2, 3, 80, 4
+    q, k, v = (torch.randn(batch, heads, steps, 2 * n, dtype=F64, generator=gen) for _ in range(3))
+    dynamics, robust, f32_falls_back, f64_falls_back = _EXTREME[case]
+    dyn = {
+        "decay": torch.tensor([0.05, 0.3, 1.0], dtype=F64),
+        "frequencies": torch.randn(heads, n, dtype=F64, generator=gen),
+        "process_var": torch.full((heads,), 0.2, dtype=F64),
+        "measurement_var": torch.full((heads,), 0.5, dtype=F64),
+    }
+    dyn.update({key: torch.full((heads,), x, dtype=F64) for key, x in dynamics.items()})
+    if "outlier" in robust:
+        q[:, :, 7] *= robust["outlier"]
+    common = {"nu": 0.7, "temperature": robust.get("temperature", 1.0), "causal": True}
+    cast = {key: x.to(dtype) for key, x in dyn.items()}
+    with torch.no_grad():
+        fast = afa.isotropic_afa(q.to(dtype), k.to(dtype), v.to(dtype), **common, **cast).output
+    falls_back = f32_falls_back if dtype == torch.float32 else f64_falls_back
+    assert seen["bounded"] and (seen["fallbacks"] > 0) == falls_back, seen
+    assert len(seen["exact"]) == seen["fallbacks"]  # each fallback reruns its group exactly
+    assert torch.isfinite(fast).all()
+    if dtype == F64:
+        leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+        slow = afa.isotropic_afa(*leaves, **common, **dyn).output
+        assert_close(f"{case}: in-place vs autograd path", fast, slow, atol=SAME_FORMULA_ATOL)
+        return
+    # float32 against the exact in-place path (row maximum; `_attend_bounded` switched off):
+    # the same weights up to the rounding of their exponents, at most eps (|L - m| + 3) with
+    # |L - m| <= 60 on the groups that do not fall back (prior spread + temperature log(1 + u)),
+    # so a relative 64 eps per weight and 64 eps max|v| on the weighted means (rows sum to 1,
+    # |E_v| <= 1); groups that fall back are the exact path's own result.
+    monkeypatch.setattr(isotropic, "_attend_bounded", lambda *args, **kwargs: None)
+    with torch.no_grad():
+        exact = afa.isotropic_afa(q.to(dtype), k.to(dtype), v.to(dtype), **common, **cast).output
+    atol = 64 * torch.finfo(dtype).eps * v.abs().max().item()
+    assert_close(f"{case}: bounded vs exact float32 path", fast, exact, atol=atol)
 
 
 @pytest.mark.slow

@@ -1,5 +1,7 @@
 """The shared pieces of the attention layers: complex pairs, lag kernel, heads, validation."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -164,3 +166,70 @@ def test_complex_time_stamps_are_refused_by_every_filtering_layer():
                 layer(x, bad)
     with pytest.raises(TypeError, match="t must hold real time stamps"):
         _validation.check_times([0.0, 1.0 + 1e-9j], 2, like=x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+def test_all_finite_matches_isfinite(dtype):
+    """`_validation._all_finite` (the output check of `overflow_warning`: one sum where it can)
+    agrees with ``isfinite().all()``: NaN, +-inf (also both, whose sum is NaN), finite entries
+    whose sum overflows (then the full check decides), empty tensors."""
+    big = torch.finfo(dtype).max
+    cases = {
+        "finite": torch.randn(3, 5).to(dtype),
+        "nan": torch.tensor([1.0, math.nan, 2.0]).to(dtype),
+        "inf": torch.tensor([1.0, math.inf]).to(dtype),
+        "-inf": torch.tensor([-math.inf, 0.0]).to(dtype),
+        "inf and -inf": torch.tensor([math.inf, -math.inf]).to(dtype),
+        "finite, sum overflows": torch.full((4,), big, dtype=dtype),
+        "empty": torch.zeros(0, dtype=dtype),
+    }
+    for name, x in cases.items():
+        assert _validation._all_finite(x) == bool(torch.isfinite(x).all()), name
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("sign", [1, -1])
+def test_rotation_without_autograd_equals_the_differentiable_products(dtype, sign):
+    """`Rotation.apply` without a graph writes both halves with fused products into one tensor,
+    and `Rotation.apply_` in place: bitwise the products of the differentiable form (``x cos2 +
+    -swap(x) sin2``), for a batch broadcast against per-head factors and with ``r != 1``; with
+    a graph `apply_` leaves its argument alone and returns the differentiable result."""
+    from kernels.ops.common.rotation import Rotation
+
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 3, 7, 8, dtype=dtype, generator=gen)
+    angles = torch.randn(1, 3, 7, 4, dtype=dtype, generator=gen)
+    radius = torch.rand(1, 3, 7, 4, dtype=dtype, generator=gen)
+    rotation = Rotation.of(radius * torch.cos(angles), radius * torch.sin(angles))
+    leaf = x.clone().requires_grad_()
+    graph = rotation.apply(leaf, sign)
+    assert graph.grad_fn is not None
+    assert torch.equal(rotation.apply(x, sign), graph.detach())
+    own = x.clone()
+    assert rotation.apply_(own, sign).data_ptr() == own.data_ptr()
+    assert torch.equal(own, graph.detach())
+    again = rotation.apply_(leaf, sign)
+    assert torch.equal(leaf.detach(), x) and torch.equal(again.detach(), graph.detach())
+    # the formula itself: e^{sign i theta} r (re + i im)
+    z = torch.complex(x[..., :4], x[..., 4:]) * radius * torch.exp(sign * 1j * angles)
+    assert_close("rotation", own, torch.cat((z.real, z.imag), -1), atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_squared_modulus_untracked(dtype):
+    """`complex_pairs.squared_modulus_untracked` (a norm, no temporary) is `squared_modulus`
+    within the rounding of a sum of 2n squares and a square root (a few ulp), zero on zero
+    vectors; with a graph it is `squared_modulus` itself, with its gradient ``2 x``."""
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(2, 3, 5, 8, dtype=dtype, generator=gen) * 10
+    x[0, 0, 0] = 0.0
+    got = complex_pairs.squared_modulus_untracked(x)
+    want = complex_pairs.squared_modulus(x)
+    assert got[0, 0, 0] == 0.0
+    eps = torch.finfo(dtype).eps
+    assert_close("untracked |x|^2", got, want, atol=0.0, rtol=8 * eps)
+    leaf = x.clone().requires_grad_()
+    tracked = complex_pairs.squared_modulus_untracked(leaf)
+    assert torch.equal(tracked.detach(), want)
+    tracked.sum().backward()
+    assert torch.equal(leaf.grad, 2 * x)

@@ -93,30 +93,55 @@ def test_equals_complex_loop_for_every_switch(name, causal):
         assert_close(f"{name} without weights", plain.output, got.output, atol=1e-14)
 
 
+def _record_inplace_paths(monkeypatch, isotropic):
+    """Record the key widths of every group the in-place paths see: ``{"bounded": [...],
+    "exact": [...], "fallbacks": count}`` (`_attend_bounded`, `_attend_inplace`)."""
+    seen = {"bounded": [], "exact": [], "fallbacks": 0, "rational": set()}
+    bounded, exact = isotropic._attend_bounded, isotropic._attend_inplace
+
+    def record_bounded(chunks, *args, **kwargs):
+        seen["bounded"].append([chunk[2].shape[-2] for chunk in chunks])
+        seen["rational"].add(kwargs["rational"])
+        out = bounded(chunks, *args, **kwargs)
+        seen["fallbacks"] += out is None
+        return out
+
+    def record_exact(chunks, *args):
+        seen["exact"].append([chunk[2].shape[-2] for chunk in chunks])
+        return exact(chunks, *args)
+
+    monkeypatch.setattr(isotropic, "_attend_bounded", record_bounded)
+    monkeypatch.setattr(isotropic, "_attend_inplace", record_exact)
+    return seen
+
+
 @pytest.mark.parametrize("name", list(ABLATIONS))
 @pytest.mark.parametrize("stamps", ["uniform", "irregular"])
-def test_inplace_inference_path_equals_the_loop_and_the_autograd_path(name, stamps, monkeypatch):
-    """Without autograd a causal call without weights runs `_attend_inplace` (issue 19: in-place
-    passes, keys in chunks with an online softmax, queries in groups of whole blocks) where the
-    penalty is "log": the same output as the complex loop and the autograd path at T = 11 (not
-    a multiple of the block, the group or the chunk: chunks of 4, 4, 3 keys for the last
-    group), for every ablation switch (the others keep the whole-row path)."""
+@pytest.mark.parametrize("rational", [False, True])
+def test_inplace_inference_path_equals_the_loop_and_the_autograd_path(
+    name, stamps, rational, monkeypatch
+):
+    """Without autograd a causal call without weights runs in place (issue 19: keys in chunks
+    with an online softmax, queries in groups of whole blocks) where the penalty is "log": on
+    the uniform grid `_attend_bounded` (the bias' maximum for the row maximum; with ``tau
+    kappa = 1``, ``rational``, one division for the log and exp), on stamps `_attend_inplace`.
+    The same output as the complex loop and the autograd path at T = 11 (not a multiple of the
+    block, the group or the chunk: chunks of 4, 4, 3 keys for the last group), for every
+    ablation switch (the others keep the whole-row path)."""
     from kernels.ops.rfa import isotropic
 
     monkeypatch.setattr(isotropic, "_INFERENCE_KEY_CHUNK", 4)
     monkeypatch.setattr(isotropic, "_INFERENCE_ROWS", 4)  # groups of 2 blocks of 2 queries
-    widths = []
-    inplace = isotropic._attend_inplace
-
-    def recorded(chunks, *args):
-        widths.append([chunk[2].shape[-2] for chunk in chunks])
-        return inplace(chunks, *args)
-
-    monkeypatch.setattr(isotropic, "_attend_inplace", recorded)
+    seen = _record_inplace_paths(monkeypatch, isotropic)
     gen = _gen(19)
     B, H, T, D = 2, 2, 11, 4
     q, k, v = _qkv(B, H, T, D, gen)
     p = _params(H, D // 2, gen)
+    if rational:  # tau kappa = tau (nu + n) / n = 1 (exactly: nu = n, tau = 1 / 2)
+        p["nu"], p["temperature"] = (
+            torch.full((H,), D / 2, dtype=F64),
+            torch.full((H,), 0.5, dtype=F64),
+        )
     t = torch.cumsum(torch.rand(B, T, dtype=F64, generator=gen) + 0.2, dim=1)
     times = t if stamps == "irregular" else torch.arange(T, dtype=F64).expand(B, T)
     flags = ABLATIONS[name]
@@ -125,13 +150,83 @@ def test_inplace_inference_path_equals_the_loop_and_the_autograd_path(name, stam
     with torch.no_grad():
         fast = rfa_attention(q, k, v, t=stamp, causal=True, block_size=2, **p, **flags)
     runs_inplace = name not in ("M2.1 exponential kernel", "M2.6 unitary limit")
-    assert ([4, 4, 3] in widths) == runs_inplace, widths
+    path = "bounded" if stamps == "uniform" else "exact"
+    assert ([4, 4, 3] in seen[path]) == runs_inplace, seen
+    assert seen["fallbacks"] == 0 and seen["rational"] <= {rational}
+    calls = len(seen["bounded"]) + len(seen["exact"])
     assert_close(f"{name} in-place path", fast.output, ref_out, atol=1e-12)
-    calls = len(widths)
     leaves = [x.clone().requires_grad_() for x in (q, k, v)]
     slow = rfa_attention(*leaves, t=stamp, causal=True, block_size=2, **p, **flags)
-    assert len(widths) == calls  # inputs needing gradients: the out-of-place path ran
+    assert len(seen["bounded"]) + len(seen["exact"]) == calls  # autograd: out-of-place path
     assert_close(f"{name} in-place vs autograd path", fast.output, slow.output, atol=1e-12)
+
+
+# Extreme inputs for `_attend_bounded`: (changes, whether it falls back in float32, in float64)
+_EXTREME = {
+    # sigma^2 = 0, anchor 0: tau log P = 2 a tau - log eta^2 grows by 1.1 a lag, so a chunk's
+    # first row sees at most e^{-69} of the bound (below n tiny / eps in float32 only)
+    "no process noise": ({"process_var": 0.0, "anchor_var": 0.0, "decay": 0.55}, True, False),
+    # tau kappa = 500 (1 + 1 / n): (1 + u)^-500 with u ~ 10 at lag 0, below either range
+    "large temperature": ({"temperature": 500.0}, True, True),
+    # query 7 of magnitude ~1e13: u ~ 1e27, (1 + u)^-2 below float32's range
+    "outlier": ({"temperature": 2.0, "outlier": 1e13}, True, False),
+    "tiny decay": ({"decay": 1e-8}, False, False),
+    "huge decay": ({"decay": 30.0}, False, False),
+}
+
+
+@pytest.mark.parametrize("case", list(_EXTREME))
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+def test_bounded_inference_path_at_extreme_inputs(case, dtype, monkeypatch):
+    """`_attend_bounded` replaces the row maximum by the bias'. Where that bound is so far
+    above a row's maximum that the row's terms leave the dtype's range (`_EXTREME`) it must
+    fall back to `_attend_inplace` (the exact row maximum), elsewhere agree without one; the
+    output equals the float64 autograd path (float32: the exact in-place path)."""
+    from kernels.ops.rfa import isotropic
+
+    monkeypatch.setattr(isotropic, "_INFERENCE_KEY_CHUNK", 64)
+    monkeypatch.setattr(isotropic, "_INFERENCE_ROWS", 64)  # block 16: chunks of 64 and 16 keys
+    seen = _record_inplace_paths(monkeypatch, isotropic)
+    gen = _gen(20)
+    B, H, T, D = 2, 3, 80, 8
+    q, k, v = _qkv(B, H, T, D, gen)
+    changes, f32_falls_back, f64_falls_back = _EXTREME[case]
+    p = {
+        "decay": torch.tensor([0.05, 0.3, 1.0], dtype=F64),
+        "frequencies": torch.randn(H, D // 2, dtype=F64, generator=gen),
+        "process_var": torch.full((H,), 0.2, dtype=F64),
+        "measurement_var": torch.full((H,), 0.5, dtype=F64),
+        "anchor_var": torch.full((H,), 0.1, dtype=F64),
+        "nu": torch.full((H,), 0.7, dtype=F64),
+        "temperature": torch.ones(H, dtype=F64),
+    }
+    for key, x in changes.items():
+        if key == "outlier":
+            q[:, :, 7] *= x
+        else:
+            p[key] = torch.full((H,), x, dtype=F64)
+    cast = {key: x.to(dtype) for key, x in p.items()}
+    qkv = [x.to(dtype) for x in (q, k, v)]
+    with torch.no_grad():
+        fast = rfa_attention(*qkv, causal=True, block_size=16, **cast).output
+    falls_back = f32_falls_back if dtype == torch.float32 else f64_falls_back
+    assert seen["bounded"] and (seen["fallbacks"] > 0) == falls_back, seen
+    assert len(seen["exact"]) == seen["fallbacks"]  # each fallback reruns its group exactly
+    assert torch.isfinite(fast).all()
+    if dtype == F64:
+        leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+        slow = rfa_attention(*leaves, causal=True, block_size=16, **p).output
+        assert_close(f"{case}: in-place vs autograd path", fast, slow, atol=1e-12)
+        return
+    # float32 against the exact in-place path (`_attend_bounded` switched off): the same
+    # weights up to the rounding of their exponents, at most eps (|L - m| + 3) with |L - m| <= 60
+    # on the groups that do not fall back, so 64 eps max|v| on the weighted means (rows sum to
+    # 1, |E| <= 1); groups that fall back are the exact path's own result.
+    monkeypatch.setattr(isotropic, "_attend_bounded", lambda *args, **kwargs: None)
+    with torch.no_grad():
+        exact = rfa_attention(*qkv, causal=True, block_size=16, **cast).output
+    atol = 64 * torch.finfo(dtype).eps * v.abs().max().item()
+    assert_close(f"{case}: bounded vs exact float32 path", fast, exact, atol=atol)
 
 
 # --------------------------------------------------------------------------------------------

@@ -12,11 +12,11 @@ and the decay ``E(tau) = e^{-a tau}`` are ``(T, T)`` matrices. With ``Zq~_i = e^
     Zbar_i = e^{i w_v t_i} sum_j A_hat[i, j] Zv~_j.
 
 On a uniform grid (``t = None``, or stamps exactly ``t_0 + i h``) every kernel is Toeplitz
-(3.3): it is evaluated once per call on the ``2T - 1`` lags (given stamps are tested for
-uniformity eagerly; under ``torch.compile`` they take the general path). Queries are processed
-in blocks of ``block_size`` (causal blocks stop at their last query), so at most ``(B, H,
-block_size, T)`` scores exist at a time; there is no other data-dependent control flow
-(``torch.compile`` traces it). The fused kernel
+(3.3): it is evaluated once per call on the ``2T - 1`` lags. Queries are processed in blocks of
+``block_size`` (causal blocks stop at their last query), so at most ``(B, H, block_size, T)``
+scores exist at a time. There is no data-dependent control flow while compiling
+(``torch.compile`` traces it); in eager mode given stamps are tested for uniformity, and the
+bounded inference path, `_attend_bounded`, may fall back to the exact one. The fused kernel
 (`kernels.ops.afa.triton`) computes the same without forming the scores.
 
 Shapes: ``q, k (B, H, T, D)``, ``v (B, H, T, Dv)``; output ``(B, H, T, Dv)``, weights
@@ -34,7 +34,7 @@ from kernels.ops.afa import params
 from kernels.ops.afa.params import AFAOutput, HeadDynamics
 from kernels.ops.afa.precision import log_variance
 from kernels.ops.common import complex_pairs
-from kernels.ops.common.attention import merge_chunk, running_peak
+from kernels.ops.common.attention import accumulate, merge_chunk, running_peak, tile_scores
 from kernels.ops.common.params import Dynamics, Robust
 from kernels.ops.common.rotation import Rotation
 
@@ -80,8 +80,8 @@ def isotropic_afa(
     q_t, k_t, v_t = _unrotate(q, phase_qk), _unrotate(k, phase_qk), _unrotate(v, phase_v)
     qn = kn = None
     if p.nu is not None and not normalized_qk:
-        qn = complex_pairs.squared_modulus(q).unsqueeze(-1)
-        kn = complex_pairs.squared_modulus(k).unsqueeze(-2)
+        qn = complex_pairs.squared_modulus_untracked(q).unsqueeze(-1)
+        kn = complex_pairs.squared_modulus_untracked(k).unsqueeze(-2)
 
     output, weights = _attend_blocks(
         kernels,
@@ -96,7 +96,7 @@ def isotropic_afa(
         want_weights=return_weights,
     )
     if phase_v is not None:
-        output = phase_v.apply(output)
+        output = phase_v.apply_(output)  # in place where no graph records it (a new tensor)
     if b_v is not None:
         output = output - b_v
     return AFAOutput(output, weights)
@@ -115,6 +115,8 @@ def _unrotate(x, phase: Rotation | None):
     return x if phase is None else phase.apply(x, sign=-1)
 
 
+# log2(e): the bounded in-place path exponentiates in base 2 (`_attend_bounded`)
+_LOG2E = 1.0 / math.log(2.0)
 # Keys per tile when a block's keys are taken in chunks (a multiple of the block): tiles are at
 # most (B, H, block, width), so long sequences reuse allocations of a few sizes instead of
 # growing a (B, H, block, j1) tile with every causal block (which fragmented the heap at
@@ -163,19 +165,33 @@ def _attend_blocks(kernels, q, k, v, qn, kn, temperature, *, causal, block, want
         )
 
     inplace = causal and not want_weights and not _needs_grad(kernels, q, k, v, temperature)
+    # uniform grid in eager mode: the row maximum is replaced by the prior's (`_attend_bounded`;
+    # its fallback is data-dependent control flow, so not while compiling)
+    bounded = inplace and kernels.reversed_keys and not torch.compiler.is_compiling()
+    rational = bounded and bool((temperature == 1).all())
     width = _chunk_width(block, _INFERENCE_KEY_CHUNK if inplace else _KEY_CHUNK)
     rows = block
+    workspace = None
     if inplace:  # scores -Re(Zq~^H Zk~) come out of the matmul with the sign `u` needs
         k = k.neg_() if flip else -k  # (the flipped keys are this call's own copy)
         # whole blocks per group, with rows x width <= block x T scores per tile
         rows = block * max(1, min(_INFERENCE_ROWS // block, steps // width))
+        if bounded:  # one score tile for the whole call (`tile_scores`)
+            workspace = q.new_empty(batch * heads * min(rows, steps) * min(width, steps))
     outputs, weights = [], []
     for i0 in range(0, steps, rows):
         i1 = min(i0 + rows, steps)
         j1 = i1 if causal else steps
         if inplace:
-            chunks = [operands(i0, i1, j0, min(j0 + width, j1)) for j0 in range(0, j1, width)]
-            outputs.append(_attend_chunked_inplace(chunks, -temperature))
+            spans = [(i0, i1, j0, min(j0 + width, j1)) for j0 in range(0, j1, width)]
+            chunks = [operands(*span) for span in spans]
+            out = None
+            if bounded:
+                priors = kernels.bounded_priors(spans, rational=rational)
+                out = _attend_bounded(
+                    chunks, priors, -_LOG2E * temperature, rational=rational, workspace=workspace
+                )
+            outputs.append(_attend_chunked_inplace(chunks, -temperature) if out is None else out)
             continue
         if j1 > width and not want_weights:
             chunks = [operands(i0, i1, j0, min(j0 + width, steps)) for j0 in range(0, j1, width)]
@@ -285,6 +301,7 @@ class _ToeplitzKernels:
             lag, HeadDynamics(*map(heads, qk)), HeadDynamics(*map(heads, vd)), heads(nu), **options
         )
         self.steps = steps
+        self._peaks = None  # `bounded_priors`' prefix maxima of log P_v, on first use
 
     def parameters(self) -> tuple:
         """The per-call tensors the tiles are read from (for `_needs_grad`)."""
@@ -293,16 +310,40 @@ class _ToeplitzKernels:
     def tile(self, i0: int, i1: int, j0: int, j1: int) -> _PairKernels:
         """Queries ``[i0, i1)`` against keys ``[j0, j1)`` read in reverse (``j = j1 - 1 - r``):
         the lag index ``i - j + T - 1`` is then ``(T - j1 + i) + r``."""
+        # slice before unfolding, so autograd's backward of the window touches only the
+        # (i1 - i0) + width - 1 lags this tile reads, not every window of the vector
+        return _PairKernels(
+            *(
+                None if x is None else _lag_window(self._lags(x, i0, i1, j0, j1), i1 - i0, j1 - j0)
+                for x in self.vectors
+            )
+        )
+
+    def bounded_priors(self, spans, *, rational: bool) -> list[torch.Tensor]:
+        """The prior relative to its bound for the chunks ``spans = [(i0, i1, j0, j1), ...]``
+        of one causal group of queries ``[i0, i1)`` (`_attend_bounded`), as the ``(1, H, rows,
+        width)`` windows `tile` reads: ``e^{log P_v - c} = P_v / e^c`` with ``rational``, else
+        ``(log P_v - c) log2(e)`` (base 2), where ``c = max log P_v`` over the lags ``0 .. i1 -
+        1`` the group sees (a prefix maximum, ``(H, T)``, formed once per call)."""
+        if self._peaks is None:
+            self._peaks = torch.cummax(self.vectors.log_prior[:, self.steps - 1 :], dim=-1)[0]
+        i1 = spans[0][1]
+        shifted = self.vectors.log_prior - self._peaks[:, i1 - 1 : i1]  # (H, 2T - 1), <= 0
+        shifted = shifted.exp_() if rational else shifted.mul_(_LOG2E)
+        return [
+            _lag_window(self._lags(shifted, *span), span[1] - span[0], span[3] - span[2])
+            for span in spans
+        ]
+
+    def _lags(self, x, i0, i1, j0, j1):
         first = self.steps - j1 + i0
-        width = j1 - j0
+        return x[:, first : first + (i1 - i0) + (j1 - j0) - 1]
 
-        def window(x):
-            # slice before unfolding, so autograd's backward of the window touches only the
-            # (i1 - i0) + width - 1 lags this tile reads, not every window of the vector
-            rows = i1 - i0
-            return x[:, first : first + rows + width - 1].unfold(-1, width, 1).unsqueeze(0)
 
-        return _PairKernels(*(None if x is None else window(x) for x in self.vectors))
+def _lag_window(lags: torch.Tensor, rows: int, width: int) -> torch.Tensor:
+    """``(H, rows + width - 1)`` lag values -> the ``(1, H, rows, width)`` Hankel view
+    ``lags[h, a + r]`` (a window view, no copy)."""
+    return lags.unfold(-1, width, 1).unsqueeze(0)
 
 
 class _IrregularKernels:
@@ -419,3 +460,69 @@ def _attend_chunked_inplace(chunks, neg_temperature):
         total, acc = merge_chunk(peak, new_peak, total, acc, weight_sum, values)
         peak = new_peak
     return acc / total
+
+
+def _attend_bounded(chunks, priors, neg_temperature, *, rational: bool, workspace):
+    """`_attend_chunked_inplace` on the uniform grid with the row maximum replaced by a bound
+    from the prior alone; None where that bound loses precision (the caller then runs
+    `_attend_chunked_inplace`).
+
+    Since ``u >= 0`` and ``temperature >= 0``, ``L = log P_v - temperature log(1 + u) <= log
+    P_v``, so ``c = max log P_v`` over the lags ``0 .. i1 - 1`` that a group of queries
+    ``[i0, i1)`` sees is at least every row's maximum, and ``p = e^{L - c} = e^{log P_v - c}
+    (1 + u)^{-temperature}`` lies in ``[0, 1]``: no overflow, no tile-sized maximum or
+    subtraction, and, ``c`` being one per group, no rescaling between chunks. ``priors`` are
+    the chunks' windows of ``log P_v - c`` (`_ToeplitzKernels.bounded_priors`). With
+    ``temperature = 1`` (every head) the weight is rational and ``priors`` hold ``e^{log P_v -
+    c}``: ``p = e^{log P_v - c} / (1 + u)``, one division for the tile's ``log`` and ``exp``.
+    Otherwise the exponential is taken in base 2 (``exp2`` costs half of ``exp`` on CPU):
+    ``priors`` hold ``(log P_v - c) log2(e)`` and ``neg_temperature`` is ``-temperature
+    log2(e)``.
+    Every chunk's scores go to ``workspace`` (`tile_scores`). Sums ``s = sum_j p``, ``acc =
+    sum_j p E_v,j Zv~_j`` (accumulated by the matmul); the
+    output ``acc / s`` is the softmax's (its rows' common factor ``e^{m - c}`` cancels).
+
+    Precision: a bound above the row maximum scales every term down by ``e^{m - c}``, which is
+    harmless until terms reach the subnormal range, where each carries an absolute error up to
+    ``tiny eps`` (float32: ``2^-149``) instead of its relative rounding. Over ``n`` keys that
+    is at most ``n tiny eps`` in ``s`` and ``n tiny eps max|E_v Zv~|`` in ``acc``; where
+    every row has ``s >= n tiny / eps`` these are at most ``eps^2`` of ``s`` (and of the
+    output's scale), below the rounding of the sums themselves. A row below that (a decay
+    without process noise, whose prior grows by orders over the group; a large temperature
+    times a large residual; NaN input) makes this return None.
+    """
+    total = acc = None
+    keys = 0
+    for (tile, q, k, v, qn, kn), prior in zip(chunks, priors, strict=True):
+        width = k.shape[-2]
+        keys += width
+        if tile.query is None:  # nu = inf: p = P_v / e^c
+            shape = (*q.shape[:-1], width)
+            x = workspace[: math.prod(shape)].view(shape).copy_(prior.expand(shape))
+            if not rational:
+                x.exp2_()
+        else:
+            x = tile_scores(workspace, q, k)  # -Re(Zq~^H Zk~), as in the exact path
+            x = torch.addcmul(x.new_ones(()), x, tile.cross, out=x)
+            if tile.key is not None:
+                x.addcmul_(tile.key, kn)
+            if qn is None:
+                x.add_(tile.query)
+            else:
+                x.addcmul_(tile.query, qn)
+            x.clamp_min_(1.0)  # 1 + u >= 1 (`_attend_chunked_inplace`)
+            if rational:
+                x = torch.div(prior, x, out=x)
+            else:
+                x = torch.addcmul(prior, x.log_(), neg_temperature, out=x).exp2_()
+        weight_sum = x.sum(dim=-1, keepdim=True)
+        x.mul_(tile.value_decay)
+        if acc is None:
+            total, acc = weight_sum, x @ v
+        else:
+            total.add_(weight_sum)
+            accumulate(acc, x, v)
+    info = torch.finfo(total.dtype)
+    if not bool((total >= keys * info.tiny / info.eps).all()):
+        return None
+    return acc.div_(total)

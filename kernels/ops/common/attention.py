@@ -1,12 +1,15 @@
 """Pieces shared by the softmax-type attention forms (AFA, RFA, the positional baselines).
 
 `AttentionOutput` is their result; `head_parameter` reads a per-head parameter; `future_keys`
-is the causal mask; `running_peak` and `merge_chunk` are the online softmax over key chunks.
+is the causal mask; `running_peak` and `merge_chunk` are the online softmax over key chunks,
+`accumulate` a chunk's weighted values added in the matmul itself, `tile_scores` a score tile
+written into a buffer reused by the tiles of a call.
 Shapes: ``(B, H, T, D)`` inputs, ``(B, H, T, T)`` weights.
 """
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
@@ -67,3 +70,23 @@ def merge_chunk(peak, new_peak, total, acc, weight_sum, values):
         return weight_sum, values
     rescale = torch.exp(peak - new_peak)
     return torch.addcmul(weight_sum, total, rescale), torch.addcmul(values, acc, rescale)
+
+
+def accumulate(acc: torch.Tensor, weights: torch.Tensor, values: torch.Tensor) -> None:
+    """``acc += weights @ values`` in place, in one accumulating matmul (``baddbmm``, no
+    temporary): ``acc (B, H, rows, Dv)`` contiguous, ``weights (B, H, rows, keys)``, ``values
+    (B, H, keys, Dv)``. No autograd (in place)."""
+    rows, keys, width = weights.shape[-2], weights.shape[-1], values.shape[-1]
+    acc.view(-1, rows, width).baddbmm_(
+        weights.reshape(-1, rows, keys), values.reshape(-1, keys, width)
+    )
+
+
+def tile_scores(workspace: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """``q @ k^T`` written into the front of ``workspace``, a flat buffer of at least ``B H
+    rows keys`` elements shared by the tiles of a call: tiles of every width then allocate
+    nothing (fresh tile-sized allocations of varying sizes made the allocator return and
+    re-fault pages, ~1000 minor faults a call at T = 1024; issue 19). ``q (B, H, rows, D)``,
+    ``k (B, H, keys, D)`` -> a contiguous ``(B, H, rows, keys)`` view. No autograd."""
+    shape = (*q.shape[:-1], k.shape[-2])
+    return torch.matmul(q, k.transpose(-1, -2), out=workspace[: math.prod(shape)].view(shape))

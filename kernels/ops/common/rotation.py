@@ -54,14 +54,51 @@ class Rotation(NamedTuple):
 
         ``sign = -1`` conjugates the phase and keeps ``r`` (for ``r = 1`` the inverse).
         """
+        if not _records_graph(x, *self):
+            return self._apply_into(x, sign)
         swapped = x.roll(x.shape[-1] // 2, dims=-1)
         if sign > 0:
             return torch.addcmul(x * self.cos2, swapped, self.sin2)
         return torch.addcmul(x * self.cos2, swapped, self.sin2, value=-1)
 
+    def apply_(self, x: torch.Tensor, sign: int = 1) -> torch.Tensor:
+        """`apply` in place on ``x`` (which must have the broadcast shape and be the caller's
+        own), with one half-size temporary, where no autograd graph or compiler records it;
+        otherwise `apply`'s new tensor. Use the returned tensor."""
+        if _records_graph(x, *self):
+            return self.apply(x, sign)
+        n = x.shape[-1] // 2
+        re, im = x[..., :n], x[..., n:]
+        cos, sin = self.cos2[..., n:], self.sin2[..., n:]  # r cos, r sin
+        re_old = re.clone()
+        re.mul_(cos).addcmul_(im, sin, value=-sign)  # re r cos -+ im r sin
+        im.mul_(cos).addcmul_(re_old, sin, value=sign)  # im r cos +- re r sin
+        return x
+
+    def _apply_into(self, x: torch.Tensor, sign: int) -> torch.Tensor:
+        """`apply` without autograd: the two halves written into one new tensor by fused
+        products (no rolled copy, no full-size temporaries; the same products and sums)."""
+        n = x.shape[-1] // 2
+        shape = torch.broadcast_shapes(x.shape, self.cos2.shape, self.sin2.shape)
+        out = x.new_empty(shape)
+        re, im = x[..., :n], x[..., n:]
+        cos, sin = self.cos2[..., n:], self.sin2[..., n:]  # r cos, r sin
+        torch.mul(re, cos, out=out[..., :n]).addcmul_(im, sin, value=-sign)
+        torch.mul(im, cos, out=out[..., n:]).addcmul_(re, sin, value=sign)
+        return out
+
     def rows(self, index) -> Rotation:
         """The factors of rows ``index`` (a slice of the time axis, the second to last)."""
         return Rotation(self.cos2[..., index, :], self.sin2[..., index, :])
+
+
+def _records_graph(*tensors: torch.Tensor) -> bool:
+    """Whether autograd or a compiler traces an operation on ``tensors``: then `Rotation`
+    keeps its out-of-place products (``out=`` and in-place products are neither
+    differentiable nor worth it under ``torch.compile``, which fuses them)."""
+    if torch.compiler.is_compiling():
+        return True
+    return torch.is_grad_enabled() and any(x.requires_grad for x in tensors)
 
 
 def from_origin(times: torch.Tensor) -> torch.Tensor:

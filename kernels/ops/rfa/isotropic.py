@@ -14,8 +14,10 @@ of ``block_size`` rows, each against the keys it may see (the causal triangle on
 ``t=None`` (``t_i = i``) the lag kernels are Toeplitz: they are evaluated once per call on a
 vector of ``T + 2 block`` lags, laid out as one ``(H, block, T + block)`` strip (a window view
 with its rows reversed), and each block reads a slice of it. With explicit stamps the lags of
-each block are evaluated from ``t``. There is no data-dependent Python control flow after the
-argument checks (the block loop depends on shapes only), so ``torch.compile`` traces it.
+each block are evaluated from ``t``. While compiling there is no data-dependent Python control
+flow after the argument checks (the block loop depends on shapes only), so ``torch.compile``
+traces it; in eager mode the bounded inference path (`_attend_bounded`) may fall back to the
+exact one.
 
 Shapes: ``q, k (B, H, T, D)``, ``v (B, H, T, Dv)``; output ``(B, H, T, Dv)``; weights
 ``(B, H, T, T)``.
@@ -23,6 +25,7 @@ Shapes: ``q, k (B, H, T, D)``, ``v (B, H, T, Dv)``; output ``(B, H, T, Dv)``; we
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
@@ -30,9 +33,11 @@ import torch
 from kernels.ops.common import complex_pairs
 from kernels.ops.common.attention import (
     AttentionOutput,
+    accumulate,
     future_keys,
     merge_chunk,
     running_peak,
+    tile_scores,
 )
 from kernels.ops.common.params import Dynamics, Robust
 from kernels.ops.common.rotation import Rotation, from_origin
@@ -46,10 +51,14 @@ from kernels.ops.rfa.precision import lag_variance
 _BLOCK_ELEMENTS = 2**18
 _BLOCK_ROWS = (16, 256)
 # In-place (no-autograd) causal path (`_causal_inplace`, issue 19): query rows per tile (whole
-# blocks, never more scores than the documented block x T) and keys per chunk (online softmax),
-# so a (B, H, 128, 512) tile stays in cache through its in-place passes.
+# blocks, at most this many unless one block is more) and keys per chunk (online softmax): a
+# (B, H, 128, 512) tile, 2 MiB at B H = 8, whatever T (as AFA's in-place path). Not capped at
+# block x T scores: at T = 1024 (block 32) that halved the tile, and the 20 tiles instead of 12
+# cost 11% of the call in per-op overhead (2 threads).
 _INFERENCE_ROWS = 128
 _INFERENCE_KEY_CHUNK = 512
+# log2(e): the bounded in-place path exponentiates in base 2 (`_attend_bounded`)
+_LOG2E = 1.0 / math.log(2.0)
 
 
 def rfa_attention(
@@ -101,8 +110,10 @@ def rfa_attention(
     q_rot = rotation.apply(q, sign=-1) if rotate_qk else q
     k_rot = rotation.apply(k, sign=-1) if rotate_qk else k
     v_rot = rotation.apply(v, sign=-1) if rotate_values else v
-    q_norm = complex_pairs.squared_modulus(q).unsqueeze(-1)  # (B, H, T, 1), rotation-invariant
-    k_norm = complex_pairs.squared_modulus(k).unsqueeze(-2)  # (B, H, 1, T)
+    q_norm = complex_pairs.squared_modulus_untracked(q).unsqueeze(
+        -1
+    )  # (B, H, T, 1), rotation-invariant
+    k_norm = complex_pairs.squared_modulus_untracked(k).unsqueeze(-2)  # (B, H, 1, T)
 
     block = min(block_size, steps)
     if (
@@ -112,7 +123,7 @@ def rfa_attention(
         and not _needs_grad(q, k, v, p.times, p.frequencies, *cfg)
     ):
         out = _causal_inplace(q_rot, k_rot, v_rot, q_norm, k_norm, times, t is None, cfg, block)
-        return AttentionOutput(rotation.apply(out, sign=1) if rotate_values else out, None)
+        return AttentionOutput(rotation.apply_(out, sign=1) if rotate_values else out, None)
     width = steps + block - 1 if causal else 2 * steps - 1
     strip = None
     if t is None:
@@ -248,49 +259,80 @@ def _needs_grad(*tensors) -> bool:
 
 def _causal_inplace(q, k, v, qn, kn, times, toeplitz: bool, cfg: Config, block: int):
     """Causal output ``(B, H, T, Dv)`` (in the rotated frame) without autograd, for the "log"
-    penalty: queries in groups of whole blocks (at most `_INFERENCE_ROWS`, never more than
-    ``block x T`` scores a tile), keys in chunks of `_INFERENCE_KEY_CHUNK` (`_attend_inplace`).
+    penalty: queries in groups of whole blocks (at most `_INFERENCE_ROWS` rows unless one block
+    is more), keys in chunks of `_INFERENCE_KEY_CHUNK` (a multiple of the group; `_attend_inplace`,
+    `_attend_bounded`).
 
-    Uniform grid (``toeplitz``): as in AFA's torch form the keys are read in reverse order
-    (``j = j1 - 1 - r``), so every term of a tile is a window view of one vector over the
-    ``2T - 1`` lags ``tau = i - j`` (a few KiB that stay in cache, instead of slices of a
-    ``(H, block, T + block)`` strip), and the causal mask is the bias' ``-inf`` at ``tau < 0``.
+    Uniform grid (``toeplitz``): the queries of a group are read in reverse order (``i = r1 -
+    1 - a``, from one reversed copy of ``q``; the group's output rows are put back in order),
+    so every term of a tile is a window view ``y[T - r1 + j0 + a + r]`` of one vector over the
+    ``2T - 1`` lags in reverse, ``y[m] = f(T - 1 - m)`` (a few KiB that stay in cache, instead
+    of slices of a ``(H, block, T + block)`` strip), and the causal mask is the bias' ``-inf``
+    at ``tau < 0``. (Reversing the queries, not the keys and values as AFA's torch form does,
+    copies one ``(B, H, T, D)`` tensor instead of two.)
     Explicit stamps: the terms of each chunk from its lags, the mask added to the last chunk.
     """
     steps = q.shape[-2]
-    chunk = max(block, _INFERENCE_KEY_CHUNK // block * block)
-    rows = block * max(1, min(_INFERENCE_ROWS // block, steps // chunk))
+    rows = block * max(1, _INFERENCE_ROWS // block)
     chunk = max(rows, _INFERENCE_KEY_CHUNK // rows * rows)
     if toeplitz:
         lag = torch.arange(1 - steps, steps, dtype=q.dtype, device=q.device)
         vectors = _terms(lag.abs().view(1, 1, -1), cfg)
         bias = lag.new_zeros(()) if vectors.bias is None else vectors.bias
-        vectors = vectors._replace(
-            bias=torch.where(lag < 0, float("-inf"), bias).view(-1, 1, lag.numel())
-        )
-        k, v, kn = k.flip(-2), v.flip(-2), kn.flip(-1)
+        bias = torch.where(lag < 0, float("-inf"), bias).view(-1, 1, lag.numel())
+        peaks = torch.cummax(bias[:, 0, steps - 1 :], dim=-1)[0]  # over lags 0 .. T - 1
+        # in reverse (the other terms are even in the lag)
+        vectors = vectors._replace(bias=bias.flip(-1))
+        q, qn = q.flip(-2), qn.flip(-2)
     future = torch.zeros(rows, rows, dtype=q.dtype, device=q.device).masked_fill(
         future_keys(rows, device=q.device), float("-inf")
     )
 
     def operands(r0, r1, j0, j1):
-        if toeplitz:  # keys [j0, j1) reversed: [T - j1, T - j0) of the flipped sequence
-            first, cols = steps - j1 + r0, j1 - j0
+        queries = slice(r0, r1)
+        if toeplitz:  # queries [r0, r1) reversed: [T - r1, T - r0) of the flipped sequence
+            first, cols = steps - r1 + j0, j1 - j0
             terms = _Terms(*(_lag_window(x, first, r1 - r0, cols) for x in vectors))
-            keys = slice(steps - j1, steps - j0)
+            queries = slice(steps - r1, steps - r0)
         else:
             lag = times[..., r0:r1].unsqueeze(-1) - times[..., j0:j1].unsqueeze(-2)
-            terms, keys = _terms(lag.abs(), cfg), slice(j0, j1)
-        return terms, q[:, :, r0:r1], k[:, :, keys], v[:, :, keys], qn[:, :, r0:r1], kn[..., keys]
+            terms = _terms(lag.abs(), cfg)
+        keys = slice(j0, j1)
+        return (
+            terms,
+            q[:, :, queries],
+            k[:, :, keys],
+            v[:, :, keys],
+            qn[:, :, queries],
+            kn[..., keys],
+        )
 
+    # uniform grid in eager mode: the row maximum is replaced by the bias' (`_attend_bounded`;
+    # its fallback is data-dependent control flow, so not while compiling)
+    bounded = toeplitz and not torch.compiler.is_compiling()
+    rational = bounded and bool((cfg.neg_coef == -1).all())
+    if bounded:  # one score tile for the whole call (`tile_scores`)
+        workspace = q.new_empty(q.shape[0] * q.shape[1] * min(rows, steps) * min(chunk, steps))
     outputs = []
     for r0 in range(0, steps, rows):
         r1 = min(r0 + rows, steps)
-        chunks = [operands(r0, r1, j0, min(j0 + chunk, r1)) for j0 in range(0, r1, chunk)]
-        mask = None
-        if not toeplitz:  # the last chunk's columns [r0 - its start, ...) hold the diagonal
-            mask = (r0 - (r1 - 1) // chunk * chunk, future[: r1 - r0, : r1 - r0])
-        outputs.append(_attend_inplace(chunks, cfg, mask))
+        spans = [(r0, r1, j0, min(j0 + chunk, r1)) for j0 in range(0, r1, chunk)]
+        chunks = [operands(*span) for span in spans]
+        out = None
+        if bounded:  # bias - c with c its maximum over the lags 0 .. r1 - 1 this group sees
+            shifted = vectors.bias[:, 0] - peaks[:, r1 - 1 : r1]
+            shifted = shifted.exp_() if rational else shifted.mul_(_LOG2E)  # base 2
+            biases = [
+                _lag_window(shifted.unsqueeze(1), steps - i1 + j0, i1 - i0, j1 - j0)
+                for i0, i1, j0, j1 in spans
+            ]
+            out = _attend_bounded(chunks, biases, cfg, rational=rational, workspace=workspace)
+        if out is None:
+            mask = None
+            if not toeplitz:  # the last chunk's columns [r0 - its start, ...) hold the diagonal
+                mask = (r0 - (r1 - 1) // chunk * chunk, future[: r1 - r0, : r1 - r0])
+            out = _attend_inplace(chunks, cfg, mask)
+        outputs.append(out.flip(-2) if toeplitz else out)  # rows back in order
     return torch.cat(outputs, dim=2)
 
 
@@ -338,3 +380,52 @@ def _attend_inplace(chunks, cfg: Config, mask) -> torch.Tensor:
         total, acc = merge_chunk(peak, new_peak, total, acc, weight_sum, values)
         peak = new_peak
     return acc / total
+
+
+def _attend_bounded(chunks, biases, cfg: Config, *, rational: bool, workspace):
+    """`_attend_inplace` on the uniform grid with the row maximum replaced by a bound from the
+    bias alone; None where that bound loses precision (the caller then runs `_attend_inplace`).
+
+    With ``u >= 0`` and ``tau kappa > 0``, ``tau_s L = bias - tau kappa log(1 + u) <= bias``,
+    so ``c = max bias`` over the lags ``0 .. r1 - 1`` that a group of queries ``[r0, r1)``
+    sees is at least every row's maximum, and ``p = e^{bias - c} (1 + u)^{-tau kappa}`` lies
+    in ``[0, 1]``: no overflow, no tile-sized maximum or subtraction, and, ``c`` being one per
+    group, no rescaling between chunks. ``biases`` are the chunks' ``(H, rows, width)``
+    windows of ``bias - c`` (-inf at ``tau < 0``). With ``tau kappa = 1`` (every head) the
+    weight is rational and ``biases`` hold ``e^{bias - c}``: ``p = e^{bias - c} / (1 + u)``,
+    one division for the tile's ``log`` and ``exp``; otherwise ``biases`` hold ``(bias - c)
+    log2(e)`` and the exponential is taken in base 2 (``exp2`` costs half of ``exp`` on CPU).
+    Every chunk's scores go to ``workspace`` (`tile_scores`). The sums and the output are
+    `_attend_inplace`'s (the rows' common factor ``e^{m - c}`` cancels in ``acc / s``).
+
+    Precision (as AFA's `kernels.ops.afa.isotropic._attend_bounded`): terms scaled into the
+    subnormal range carry an absolute error up to ``tiny eps`` each, at most ``eps^2`` of the
+    sums where every row has ``s >= n tiny / eps`` over its ``n`` keys; a row below that (a
+    bias growing by orders over the group, a large ``tau kappa`` times a large residual, NaN
+    input) makes this return None.
+    """
+    total = acc = None
+    keys = 0
+    for (terms, q, k, v, qn, kn), bias in zip(chunks, biases, strict=True):
+        keys += k.shape[-2]
+        x = tile_scores(workspace, q, k)  # Re(q~^H k~), as in `_attend_inplace`
+        x = torch.addcmul(x.new_ones(()), x, terms.gs, out=x)
+        x.addcmul_(terms.gk, kn)
+        x.addcmul_(terms.gq, qn)
+        x.clamp_min_(1.0)
+        if rational:
+            x = torch.div(bias, x, out=x)
+        else:
+            x = torch.addcmul(bias, x.log_(), _LOG2E * cfg.neg_coef, out=x).exp2_()
+        weight_sum = x.sum(dim=-1, keepdim=True)
+        if terms.decay is not None:
+            x.mul_(terms.decay)  # post-softmax decay, A = A^ * E
+        if acc is None:
+            total, acc = weight_sum, x @ v
+        else:
+            total.add_(weight_sum)
+            accumulate(acc, x, v)
+    info = torch.finfo(total.dtype)
+    if not bool((total >= keys * info.tiny / info.eps).all()):
+        return None
+    return acc.div_(total)
