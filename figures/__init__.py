@@ -77,15 +77,40 @@ def trainings(name: str, quick: bool) -> tuple:
     return tuple(module.trainings(module.Config.quick() if quick else module.Config.full()))
 
 
-def computed_with(name: str, quick: bool, reports) -> tuple[object, float]:
-    """`computed` after adopting ``reports`` (`verify.mle_convergence.adopt`: runs trained by
-    other tasks), so the compute step does not train them again (a Dask task of
-    `figures.distributed`)."""
+def computed_with(name: str, quick: bool, reports) -> tuple[object, float, dict[str, bytes]]:
+    """``(data, seconds, files)``: `computed` after adopting ``reports``
+    (`verify.mle_convergence.adopt`: runs trained by other tasks, so the compute step does not
+    train them again), then drawn (`rendered`): a Dask task of `figures.distributed`, so the
+    drawing runs on the workers too and the client only writes the bytes."""
     from verify.mle_convergence import adopt
 
     for report in reports:
         adopt(report)
-    return computed(name, quick)
+    data, seconds = computed(name, quick)
+    start = time.perf_counter()
+    files = rendered(name, data)
+    return data, seconds + time.perf_counter() - start, files
+
+
+# The file formats of every figure (the PNG at `figures.style.DPI`; the PDF is vector).
+FORMATS = ("png", "pdf")
+
+
+def rendered(name: str, data) -> dict[str, bytes]:
+    """Figure `name`'s plot of ``data`` in the house style, as ``{format: file bytes}`` for
+    each of `FORMATS` (drawn on an Agg canvas; nothing is written)."""
+    import io
+
+    from figures import style
+
+    fig = get(name).plot(data)
+    files = {}
+    with style.context():
+        for ext in FORMATS:
+            buffer = io.BytesIO()
+            fig.savefig(buffer, format=ext, dpi=style.DPI)
+            files[ext] = buffer.getvalue()
+    return files
 
 
 def computed(name: str, quick: bool) -> tuple[object, float]:

@@ -26,7 +26,7 @@ from verify.report_html import REPORT_NAME, report_link
 PROG = "python -m figures"
 SUBDIR = "figures"
 INDEX = "index.html"
-FORMATS = ("png", "pdf")
+FORMATS = figures.FORMATS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,20 +68,16 @@ def _write_text(path: Path, text: str, overwrite: bool) -> None:
     atomic_write(path, lambda fh: fh.write(text.encode()), overwrite=overwrite)
 
 
-def _write(name: str, data, seconds: float, args, folder: Path, command: str) -> dict:
-    """Plot `data`, write the PNG, PDF and JSON record of figure `name`; returns the record."""
+def _write(name: str, data, seconds: float, args, folder: Path, command: str, files=None) -> dict:
+    """Write the PNG, PDF and JSON record of figure `name`; returns the record. ``files`` are
+    the drawn files (`figures.rendered`, from a Dask task); None: drawn here."""
     module = figures.get(name)
     start = time.perf_counter()
-    fig = module.plot(data)
-    from figures import style
-
-    with style.context():
-        for ext in FORMATS:
-            atomic_write(
-                folder / f"{name}.{ext}",
-                lambda fh, ext=ext: fig.savefig(fh, format=ext, dpi=style.DPI),
-                overwrite=args.force,
-            )
+    files = figures.rendered(name, data) if files is None else files
+    for ext in FORMATS:
+        atomic_write(
+            folder / f"{name}.{ext}", lambda fh, ext=ext: fh.write(files[ext]), overwrite=args.force
+        )
     record = {
         "name": name,
         "title": module.TITLE,
@@ -100,11 +96,12 @@ def _write(name: str, data, seconds: float, args, folder: Path, command: str) ->
 
 
 def _computed_all(names: list[str], args):
-    """``(name, data, seconds)`` for each figure, in order: here one after another, or on a Dask
-    cluster (`figures.distributed`) with ``--workers``/``--scheduler``."""
+    """``(name, data, seconds, files)`` for each figure, in order: here one after another
+    (``files`` None: drawn by `_write`), or on a Dask cluster (`figures.distributed`, drawn
+    there) with ``--workers``/``--scheduler``."""
     if args.workers is None and args.scheduler is None:
         for name in names:
-            yield (name, *figures.computed(name, args.quick))
+            yield (name, *figures.computed(name, args.quick), None)
         return
     from figures.distributed import computed_on_cluster
 
@@ -211,8 +208,8 @@ def run(argv: list[str]) -> None:
             more = f" (and {len(existing) - 1} more)" if len(existing) > 1 else ""
             raise UsageError(f"{existing[0]} exists{more}; pass --force to overwrite")
     command = shlex.join([*PROG.split(), *argv])
-    for name, data, seconds in _computed_all(names, args):
-        record = _write(name, data, seconds, args, folder, command)
+    for name, data, seconds, files in _computed_all(names, args):
+        record = _write(name, data, seconds, args, folder, command, files)
         print(f"{name}: wrote {folder / name}.{{png,pdf}} in {record['seconds']:.1f} s")
     _write_text(folder / INDEX, index_html(_records(folder)), overwrite=True)
     print(f"index: {folder / INDEX}")

@@ -35,8 +35,9 @@ def test_cluster_data_equal_serial_data():
     from figures.distributed import computed_on_cluster
 
     serial, _ = figures.computed(NAME, quick=True)
-    [(name, data, seconds)] = list(computed_on_cluster([NAME], quick=True, workers=1))
+    [(name, data, seconds, files)] = list(computed_on_cluster([NAME], quick=True, workers=1))
     assert name == NAME and seconds > 0
+    assert files["png"][:4] == b"\x89PNG" and files["pdf"][:4] == b"%PDF"
     for got, want in zip(data.panels, serial.panels, strict=True):
         np.testing.assert_array_equal(got.mc, want.mc)
         np.testing.assert_array_equal(got.curve, want.curve)
@@ -74,8 +75,8 @@ def test_computed_with_adopts_the_reports_instead_of_training(monkeypatch):
     monkeypatch.setattr(mle_convergence, "prediction_ratio", no_training)
     with pytest.raises(AssertionError, match="trained again"):  # control: nothing adopted yet
         figures.computed("training_curves", quick=True)
-    data, seconds = figures.computed_with("training_curves", True, [report])
-    assert seconds > 0
+    data, seconds, files = figures.computed_with("training_curves", True, [report])
+    assert seconds > 0 and files["png"][:4] == b"\x89PNG"
     assert list(data.panels[0].steps) == [m["step"] for m in report.metrics]
 
 
@@ -103,7 +104,7 @@ def _fake_trained(config):
 
 def _recording_computed_with(name, quick, reports):
     ADOPTED.append((name, sorted(_case_of(r.config) for r in reports)))
-    return figures.computed(name, quick)
+    return (*figures.computed(name, quick), None)
 
 
 def test_cluster_trains_each_run_once_longest_first(monkeypatch):
@@ -130,4 +131,4 @@ def test_cluster_trains_each_run_once_longest_first(monkeypatch):
     fig1 = ["afa-2d-a", "afa-2d-b", "afa-2d-c"]
     curves = sorted(figures.get("training_curves").Config().cases)
     assert sorted(ADOPTED) == [("fig1_trajectories", fig1), ("training_curves", curves)]
-    assert sorted(name for name, _, _ in done) == names
+    assert sorted(name for name, *_ in done) == names
