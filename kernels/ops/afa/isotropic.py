@@ -34,7 +34,14 @@ from kernels.ops.afa import params
 from kernels.ops.afa.params import AFAOutput, HeadDynamics
 from kernels.ops.afa.precision import log_variance
 from kernels.ops.common import complex_pairs
-from kernels.ops.common.attention import accumulate, merge_chunk, running_peak, tile_scores
+from kernels.ops.common.attention import (
+    add_bounded_chunk,
+    bounded_output,
+    bounded_weights_,
+    merge_chunk,
+    running_peak,
+    tile_scores,
+)
 from kernels.ops.common.params import Dynamics, Robust
 from kernels.ops.common.rotation import Rotation
 
@@ -422,6 +429,20 @@ def _attend_chunked(chunks, temperature, *, causal: bool):
     return acc / total
 
 
+def _one_plus_u_(x: torch.Tensor, tile: _PairKernels, qn, kn) -> torch.Tensor:
+    """In place on the scores ``x = -Re(Zq~_i^H Zk~_j)``: ``1 + u = 1 + cross x + key |Zk_j|^2
+    + query |Zq_i|^2`` (``u = P_qk |R|^2 / nu``; with normalised inputs ``query`` holds both
+    squared-modulus terms), three fused multiply-adds on the tile."""
+    x = torch.addcmul(x.new_ones(()), x, tile.cross, out=x)  # the 1 folded in
+    if tile.key is not None:
+        x.addcmul_(tile.key, kn)
+    if qn is None:
+        x.add_(tile.query)
+    else:
+        x.addcmul_(tile.query, qn)
+    return x
+
+
 def _attend_chunked_inplace(chunks, neg_temperature):
     """`_attend_chunked` for causal calls without autograd, in place on one tile per chunk.
 
@@ -441,13 +462,7 @@ def _attend_chunked_inplace(chunks, neg_temperature):
             x = tile.log_prior.expand(*q.shape[:-1], k.shape[-2]).clone()
         else:
             x = torch.matmul(q, k.transpose(-1, -2))  # -Re(Zq~^H Zk~), (B, H, rows, keys)
-            x = torch.addcmul(x.new_ones(()), x, tile.cross, out=x)  # 1 + cross (-Re), 1 folded in
-            if tile.key is not None:
-                x.addcmul_(tile.key, kn)
-            if qn is None:
-                x.add_(tile.query)
-            else:
-                x.addcmul_(tile.query, qn)
+            x = _one_plus_u_(x, tile, qn, kn)
             # |R|^2 >= 0: 1 + u < 1 is round-off of the cancelling expansion; clamp it. log(1 +
             # u) rather than log1p(u): a quarter cheaper, and its absolute error (what the
             # softmax sees) is one ulp of 1 + u either way.
@@ -503,26 +518,9 @@ def _attend_bounded(chunks, priors, neg_temperature, *, rational: bool, workspac
                 x.exp2_()
         else:
             x = tile_scores(workspace, q, k)  # -Re(Zq~^H Zk~), as in the exact path
-            x = torch.addcmul(x.new_ones(()), x, tile.cross, out=x)
-            if tile.key is not None:
-                x.addcmul_(tile.key, kn)
-            if qn is None:
-                x.add_(tile.query)
-            else:
-                x.addcmul_(tile.query, qn)
+            x = _one_plus_u_(x, tile, qn, kn)
             x.clamp_min_(1.0)  # 1 + u >= 1 (`_attend_chunked_inplace`)
-            if rational:
-                x = torch.div(prior, x, out=x)
-            else:
-                x = torch.addcmul(prior, x.log_(), neg_temperature, out=x).exp2_()
+            x = bounded_weights_(x, prior, neg_temperature, rational=rational)
         weight_sum = x.sum(dim=-1, keepdim=True)
-        x.mul_(tile.value_decay)
-        if acc is None:
-            total, acc = weight_sum, x @ v
-        else:
-            total.add_(weight_sum)
-            accumulate(acc, x, v)
-    info = torch.finfo(total.dtype)
-    if not bool((total >= keys * info.tiny / info.eps).all()):
-        return None
-    return acc.div_(total)
+        total, acc = add_bounded_chunk(total, acc, weight_sum, x.mul_(tile.value_decay), v)
+    return bounded_output(acc, total, keys)

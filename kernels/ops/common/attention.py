@@ -82,6 +82,36 @@ def accumulate(acc: torch.Tensor, weights: torch.Tensor, values: torch.Tensor) -
     )
 
 
+def bounded_weights_(x: torch.Tensor, prior: torch.Tensor, coefficient, *, rational: bool):
+    """The bounded in-place paths' weights from ``x = 1 + u`` (``>= 1``), in place:
+    ``prior / x`` when ``rational`` (``prior = e^{log P - c}``, temperature 1), else
+    ``2^(prior + coefficient log x)`` (``prior`` and ``coefficient`` in base 2). AFA's and RFA's
+    `_attend_bounded`."""
+    if rational:
+        return torch.div(prior, x, out=x)
+    return torch.addcmul(prior, x.log_(), coefficient, out=x).exp2_()
+
+
+def add_bounded_chunk(total, acc, weight_sum, weights, values):
+    """``(total, acc)`` after one chunk of a bounded path: ``total += weight_sum``, ``acc +=
+    weights @ values`` (the first chunk starts them); no rescaling (one bound per group)."""
+    if acc is None:
+        return weight_sum, weights @ values
+    total.add_(weight_sum)
+    accumulate(acc, weights, values)
+    return total, acc
+
+
+def bounded_output(acc: torch.Tensor, total: torch.Tensor, keys: int) -> torch.Tensor | None:
+    """``acc / total``, or None where some row's sum is below ``keys tiny / eps`` (or NaN): its
+    terms may have reached the subnormal range, so the bound lost precision and the caller
+    takes the exact path (the derivation is in `kernels.ops.afa.isotropic._attend_bounded`)."""
+    info = torch.finfo(total.dtype)
+    if not bool((total >= keys * info.tiny / info.eps).all()):
+        return None
+    return acc.div_(total)
+
+
 def tile_scores(workspace: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """``q @ k^T`` written into the front of ``workspace``, a flat buffer of at least ``B H
     rows keys`` elements shared by the tiles of a call: tiles of every width then allocate

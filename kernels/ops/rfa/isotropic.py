@@ -33,7 +33,9 @@ import torch
 from kernels.ops.common import complex_pairs
 from kernels.ops.common.attention import (
     AttentionOutput,
-    accumulate,
+    add_bounded_chunk,
+    bounded_output,
+    bounded_weights_,
     future_keys,
     merge_chunk,
     running_peak,
@@ -413,19 +415,9 @@ def _attend_bounded(chunks, biases, cfg: Config, *, rational: bool, workspace):
         x.addcmul_(terms.gk, kn)
         x.addcmul_(terms.gq, qn)
         x.clamp_min_(1.0)
-        if rational:
-            x = torch.div(bias, x, out=x)
-        else:
-            x = torch.addcmul(bias, x.log_(), _LOG2E * cfg.neg_coef, out=x).exp2_()
+        x = bounded_weights_(x, bias, _LOG2E * cfg.neg_coef, rational=rational)
         weight_sum = x.sum(dim=-1, keepdim=True)
         if terms.decay is not None:
             x.mul_(terms.decay)  # post-softmax decay, A = A^ * E
-        if acc is None:
-            total, acc = weight_sum, x @ v
-        else:
-            total.add_(weight_sum)
-            accumulate(acc, x, v)
-    info = torch.finfo(total.dtype)
-    if not bool((total >= keys * info.tiny / info.eps).all()):
-        return None
-    return acc.div_(total)
+        total, acc = add_bounded_chunk(total, acc, weight_sum, x, v)
+    return bounded_output(acc, total, keys)
