@@ -37,3 +37,27 @@ def assert_close(name: str, actual, expected, *, atol: float, rtol: float = 0.0)
         f"{name}: max abs error {max_abs:.3e}, relative RMS error {rel_rms:.3e} "
         f"(atol {atol}, rtol {rtol})"
     )
+
+
+def record_inplace_paths(monkeypatch, module, exact: str) -> dict:
+    """Record the key widths of every group the in-place inference paths of ``module`` (AFA's
+    or RFA's isotropic op) see: ``{"bounded": [...], "exact": [...], "fallbacks": count,
+    "rational": {...}}``; ``exact`` names the module's exact in-place function (the bounded
+    one is ``_attend_bounded`` in both)."""
+    seen = {"bounded": [], "exact": [], "fallbacks": 0, "rational": set()}
+    bounded, exact_path = module._attend_bounded, getattr(module, exact)
+
+    def record_bounded(chunks, *args, **kwargs):
+        seen["bounded"].append([chunk[2].shape[-2] for chunk in chunks])
+        seen["rational"].add(kwargs["rational"])
+        out = bounded(chunks, *args, **kwargs)
+        seen["fallbacks"] += out is None
+        return out
+
+    def record_exact(chunks, *args):
+        seen["exact"].append([chunk[2].shape[-2] for chunk in chunks])
+        return exact_path(chunks, *args)
+
+    monkeypatch.setattr(module, "_attend_bounded", record_bounded)
+    monkeypatch.setattr(module, exact, record_exact)
+    return seen

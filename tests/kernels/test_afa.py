@@ -31,7 +31,7 @@ from sde_sim import (
     simulate,
 )
 from sde_sim.models import isotropic_sde
-from tests.kernels.helpers import assert_close
+from tests.kernels.helpers import assert_close, record_inplace_paths
 
 F64 = torch.float64
 # Float64 oracle agreement, relative to the largest |z| (module docstring).
@@ -1038,29 +1038,6 @@ def test_key_chunks_equal_the_whole_rows(causal, nu, times, monkeypatch):
         assert_close(f"d{name}", a.grad, b.grad, atol=SAME_FORMULA_ATOL)
 
 
-def _record_inplace_paths(monkeypatch, isotropic):
-    """Record the key widths of every group the in-place paths see: ``{"bounded": [...],
-    "exact": [...]}`` (`_attend_bounded`, `_attend_chunked_inplace`), and whether each bounded
-    group fell back (``"fallbacks"``)."""
-    seen = {"bounded": [], "exact": [], "fallbacks": 0, "rational": set()}
-    bounded, exact = isotropic._attend_bounded, isotropic._attend_chunked_inplace
-
-    def record_bounded(chunks, *args, **kwargs):
-        seen["bounded"].append([chunk[2].shape[-2] for chunk in chunks])
-        seen["rational"].add(kwargs["rational"])
-        out = bounded(chunks, *args, **kwargs)
-        seen["fallbacks"] += out is None
-        return out
-
-    def record_exact(chunks, *args):
-        seen["exact"].append([chunk[2].shape[-2] for chunk in chunks])
-        return exact(chunks, *args)
-
-    monkeypatch.setattr(isotropic, "_attend_bounded", record_bounded)
-    monkeypatch.setattr(isotropic, "_attend_chunked_inplace", record_exact)
-    return seen
-
-
 @pytest.mark.parametrize("times", ["uniform", "batched"])
 @pytest.mark.parametrize("nu", [math.inf, 1.3])
 @pytest.mark.parametrize("options", ["plain", "biases", "normalized"])
@@ -1078,7 +1055,7 @@ def test_inplace_inference_path_equals_the_autograd_path(
 
     monkeypatch.setattr(isotropic, "_INFERENCE_KEY_CHUNK", 4)
     monkeypatch.setattr(isotropic, "_INFERENCE_ROWS", 4)  # groups of 2 blocks of 2 queries
-    seen = _record_inplace_paths(monkeypatch, isotropic)
+    seen = record_inplace_paths(monkeypatch, isotropic, "_attend_chunked_inplace")
     gen = torch.Generator().manual_seed(19)
     q, k, v, t, qk, value = _eleven_step_problem(gen, times)
     heads, n, nv = q.shape[1], q.shape[-1] // 2, v.shape[-1] // 2
@@ -1137,7 +1114,7 @@ def test_bounded_inference_path_at_extreme_inputs(case, dtype, monkeypatch):
 
     monkeypatch.setattr(isotropic, "_INFERENCE_KEY_CHUNK", 64)
     monkeypatch.setattr(isotropic, "_INFERENCE_ROWS", 64)  # chunks of 64 and 16 keys
-    seen = _record_inplace_paths(monkeypatch, isotropic)
+    seen = record_inplace_paths(monkeypatch, isotropic, "_attend_chunked_inplace")
     gen = torch.Generator().manual_seed(20)
     batch, heads, steps, n = 2, 3, 80, 4
     q, k, v = (torch.randn(batch, heads, steps, 2 * n, dtype=F64, generator=gen) for _ in range(3))

@@ -22,7 +22,7 @@ from kernels.ops.common import complex_pairs, positional
 from kernels.ops.rfa import rfa_attention, rfa_lag_kernel
 from kernels.ops.rfa.naive import rfa_loop
 from sde_sim import LinearMeasurement, PoissonTimes, SphericalShellInitial, presets, simulate
-from tests.kernels.helpers import assert_close
+from tests.kernels.helpers import assert_close, record_inplace_paths
 
 F64 = torch.float64
 # Float64 oracle tolerance: the layer and the estimator differ only by round-off (measured
@@ -93,28 +93,6 @@ def test_equals_complex_loop_for_every_switch(name, causal):
         assert_close(f"{name} without weights", plain.output, got.output, atol=1e-14)
 
 
-def _record_inplace_paths(monkeypatch, isotropic):
-    """Record the key widths of every group the in-place paths see: ``{"bounded": [...],
-    "exact": [...], "fallbacks": count}`` (`_attend_bounded`, `_attend_inplace`)."""
-    seen = {"bounded": [], "exact": [], "fallbacks": 0, "rational": set()}
-    bounded, exact = isotropic._attend_bounded, isotropic._attend_inplace
-
-    def record_bounded(chunks, *args, **kwargs):
-        seen["bounded"].append([chunk[2].shape[-2] for chunk in chunks])
-        seen["rational"].add(kwargs["rational"])
-        out = bounded(chunks, *args, **kwargs)
-        seen["fallbacks"] += out is None
-        return out
-
-    def record_exact(chunks, *args):
-        seen["exact"].append([chunk[2].shape[-2] for chunk in chunks])
-        return exact(chunks, *args)
-
-    monkeypatch.setattr(isotropic, "_attend_bounded", record_bounded)
-    monkeypatch.setattr(isotropic, "_attend_inplace", record_exact)
-    return seen
-
-
 @pytest.mark.parametrize("name", list(ABLATIONS))
 @pytest.mark.parametrize("stamps", ["uniform", "irregular"])
 @pytest.mark.parametrize("rational", [False, True])
@@ -132,7 +110,7 @@ def test_inplace_inference_path_equals_the_loop_and_the_autograd_path(
 
     monkeypatch.setattr(isotropic, "_INFERENCE_KEY_CHUNK", 4)
     monkeypatch.setattr(isotropic, "_INFERENCE_ROWS", 4)  # groups of 2 blocks of 2 queries
-    seen = _record_inplace_paths(monkeypatch, isotropic)
+    seen = record_inplace_paths(monkeypatch, isotropic, "_attend_inplace")
     gen = _gen(19)
     B, H, T, D = 2, 2, 11, 4
     q, k, v = _qkv(B, H, T, D, gen)
@@ -186,7 +164,7 @@ def test_bounded_inference_path_at_extreme_inputs(case, dtype, monkeypatch):
 
     monkeypatch.setattr(isotropic, "_INFERENCE_KEY_CHUNK", 64)
     monkeypatch.setattr(isotropic, "_INFERENCE_ROWS", 64)  # block 16: chunks of 64 and 16 keys
-    seen = _record_inplace_paths(monkeypatch, isotropic)
+    seen = record_inplace_paths(monkeypatch, isotropic, "_attend_inplace")
     gen = _gen(20)
     B, H, T, D = 2, 3, 80, 8
     q, k, v = _qkv(B, H, T, D, gen)
