@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.ops.common.rotation import Rotation
+from kernels.ops.common.rotation import Rotation, records_graph
 
 
 def split(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -54,7 +54,7 @@ def squared_modulus_untracked(x: torch.Tensor) -> torch.Tensor:
     records ``x`` (the norm's gradient is undefined at 0); otherwise `squared_modulus`. The
     ``x * x`` temporary was a fresh page-faulting allocation on every call (issue 19: ~1 ms of
     a T = 1024 attention call on CPU)."""
-    if torch.compiler.is_compiling() or (torch.is_grad_enabled() and x.requires_grad):
+    if records_graph(x):
         return squared_modulus(x)
     return torch.linalg.vector_norm(x, dim=-1).square_()
 

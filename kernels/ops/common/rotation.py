@@ -54,7 +54,7 @@ class Rotation(NamedTuple):
 
         ``sign = -1`` conjugates the phase and keeps ``r`` (for ``r = 1`` the inverse).
         """
-        if not _records_graph(x, *self):
+        if not records_graph(x, *self):
             return self._apply_into(x, sign)
         swapped = x.roll(x.shape[-1] // 2, dims=-1)
         if sign > 0:
@@ -65,7 +65,7 @@ class Rotation(NamedTuple):
         """`apply` in place on ``x`` (which must have the broadcast shape and be the caller's
         own), with one half-size temporary, where no autograd graph or compiler records it;
         otherwise `apply`'s new tensor. Use the returned tensor."""
-        if _records_graph(x, *self):
+        if records_graph(x, *self):
             return self.apply(x, sign)
         n = x.shape[-1] // 2
         re, im = x[..., :n], x[..., n:]
@@ -92,10 +92,11 @@ class Rotation(NamedTuple):
         return Rotation(self.cos2[..., index, :], self.sin2[..., index, :])
 
 
-def _records_graph(*tensors: torch.Tensor) -> bool:
+def records_graph(*tensors: torch.Tensor) -> bool:
     """Whether autograd or a compiler traces an operation on ``tensors``: then `Rotation`
-    keeps its out-of-place products (``out=`` and in-place products are neither
-    differentiable nor worth it under ``torch.compile``, which fuses them)."""
+    (and `complex_pairs.squared_modulus_untracked`) keep their out-of-place products
+    (``out=`` and in-place products are neither differentiable nor worth it under
+    ``torch.compile``, which fuses them)."""
     if torch.compiler.is_compiling():
         return True
     return torch.is_grad_enabled() and any(x.requires_grad for x in tensors)
