@@ -31,11 +31,13 @@ of small matrices go through `estimators.stacked`.
 
 from __future__ import annotations
 
+import functools
 import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 from estimators import batch_input, stacked
 from estimators import linear_gaussian as lg
@@ -203,14 +205,18 @@ def kalman_filter(
     (which do not depend on the data) are computed once, stopping at the steady state, and
     each step of the means is two matrix products on (B, .) arrays. Otherwise covariances are
     kept per group of sequences that share both, and each step predicts all groups at once and
-    updates the observed ones at once (`linear_gaussian.update_stack`: one inverse Cholesky
-    factor ``L^-1`` per group, computed for the whole stack at once by
-    `stacked.inverse_cholesky`, ``W = L^-1 C P``, ``P = P- - W^T W``; each sequence's mean then
-    moves by ``W^T L^-1 e``). For d, k <= 4 on one time grid the groups sit on the last axis
+    updates the observed ones at once (`linear_gaussian.update_stack`: one Cholesky factor
+    ``S = L L^T`` per group, ``W = L^-1 C P``, ``P = P- - W^T W``; each sequence's mean then
+    moves by ``W^T L^-1 e``; for k <= 4 ``L^-1`` is computed for the whole stack at once by
+    `stacked.inverse_cholesky`, for larger k with one LAPACK call per matrix). The
+    covariances are stored time-major (``covs`` is a (G, T, d, d) view of a (T, G, d, d)
+    array), so that each step works on contiguous stacks. For d, k <= 4 on one time grid the
+    groups sit on the last axis
     and every group is updated, a missing one with zero gain (`_grouped_filter_small`).
     Otherwise (larger matrices, or several time grids) the groups can be split into up to
-    ``threads`` ranges filtered side by side in threads (numpy releases the GIL inside its
-    array operations); each group's recursion is the same arithmetic whatever the split, so
+    ``threads`` ranges filtered side by side in threads (numpy and torch release the GIL
+    inside their array operations; BLAS's own threads are turned off during the call, see
+    `_grouped_filter`); each group's recursion is the same arithmetic whatever the split, so
     the result does not depend on ``threads`` beyond round-off.
 
     Parameters
@@ -416,22 +422,63 @@ def _grouped_filter(
     `_GROUPS_PER_THREAD` groups). The groups' recursions are independent, so the split
     changes no covariance; each range writes its own rows of the results.
 
-    Returns means (T, B, d), log-likelihood (B,) and covs (G, T, d, d).
+    Returns means (T, B, d), log-likelihood (B,) and covs (G, T, d, d) (a view of a
+    time-major array).
     """
     B, T, _ = batch.z.shape
     G, d = batch.group_observed.shape[0], measurement.C.shape[1]
-    means, covs, loglik = np.empty((T, B, d)), np.empty((G, T, d, d)), np.empty(B)
+    # Covariances are stored time-major, (T, G, d, d): each step reads and writes one
+    # contiguous stack. Stored group-major, consecutive matrices of a step would lie T d^2
+    # floats apart (2 MB at T = 1000, d = 16), a TLB miss and a cache-set conflict per matrix;
+    # every stacked product then took twice as long. The result is a (G, T, d, d) view.
+    means, covs, loglik = _result_array((T, B, d)), _result_array((T, G, d, d)), np.empty(B)
     parts = max(1, min(threads, G // _GROUPS_PER_THREAD))
     bounds = np.linspace(0, G, parts + 1).round().astype(int)
     ranges = list(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True))
     args = (measurement, batch, Phi, offset, Qd, prior_mean, prior_cov, means, covs, loglik)
-    if parts == 1:
-        _filter_groups(*args, 0, G)
-    else:
-        with ThreadPoolExecutor(parts) as pool:
-            for done in [pool.submit(_filter_groups, *args, *r) for r in ranges]:
-                done.result()
-    return means, loglik, covs
+    # BLAS's own threads are off while the filter runs, so that ``threads`` is what it uses:
+    # numpy's OpenBLAS, left with its threads, made two threads' small products no faster
+    # than one (they contend for its thread pool: a predict step took 1.1 ms in one thread
+    # and in two, 0.6-0.7 ms in two with this limit), and its threads for the one product
+    # over all rows in `linear_gaussian.predict_cov` made a one-thread step 2x slower.
+    with _blas_threads().limit(limits=1, user_api="blas"):
+        if parts == 1:
+            _filter_groups(*args, 0, G)
+        else:
+            with ThreadPoolExecutor(parts) as pool:
+                for done in [pool.submit(_filter_groups, *args, *r) for r in ranges]:
+                    done.result()
+    return means, loglik, np.moveaxis(covs, 0, 1)
+
+
+def _result_array(shape: tuple[int, ...]) -> np.ndarray:
+    """``np.empty(shape)`` (float64) without numpy's transparent-huge-page advice.
+
+    numpy asks the kernel for 2 MB pages on large arrays (``madvise(MADV_HUGEPAGE)``). With
+    the kernel's default ``defrag=madvise`` the first write to each 2 MB then waits for
+    memory compaction when free memory is fragmented: on the development VM, with another 2 GB
+    array alive, the first writes to a fresh 2 GB array took 1.0-3.8 s with the advice and
+    1.1-1.5 s without, and a filter call at d = 16 (1000 x 1000) 5.2-9.7 s against 4.3-6.2 s.
+    The filter writes its covariances once, a contiguous stack per step, so 4 KB pages cost
+    it nothing in TLB misses. The advice is numpy's global switch, turned off for this
+    allocation only (another thread allocating at that moment may also go without it).
+    """
+    switch = getattr(getattr(np, "_core", np), "multiarray", None)
+    switch = getattr(switch, "_set_madvise_hugepage", None)
+    if switch is None:  # not this numpy's API: the plain allocation
+        return np.empty(shape)
+    advised = switch(False)
+    try:
+        return np.empty(shape)
+    finally:
+        switch(advised)
+
+
+@functools.cache
+def _blas_threads() -> ThreadpoolController:
+    """The thread pools of the loaded BLAS libraries, found once (a search of the loaded
+    libraries takes about 0.7 ms; numpy's BLAS is loaded before this module is)."""
+    return ThreadpoolController()
 
 
 # A thread of `_grouped_filter` takes at least this many groups, so that a thread's per-step
@@ -446,7 +493,7 @@ def _filter_groups(
     """The filter of `_grouped_filter` on the groups ``g0 <= g < g1`` and their sequences:
     per step the groups are predicted together and the observed ones updated together
     (`linear_gaussian.update_stack`), and the means of the sequences follow with their
-    group's factors. Writes the groups' rows of ``covs`` (G, T, d, d) and the sequences' of
+    group's factors. Writes the groups' columns of ``covs`` (T, G, d, d) and the sequences' of
     ``means`` (T, B, d) and ``loglik`` (B,); the per-step arrays are allocated once
     (`linear_gaussian.StackWork`) and reused.
     """
@@ -477,15 +524,15 @@ def _filter_groups(
     # Small matrices: updating every group (the missing ones with zero gain) costs less than
     # gathering and scattering the observed ones; larger ones gather.
     zero_gain = max(d, k) <= stacked.SMALL
-    covs = covs[g0:g1]
+    covs = covs[:, g0:g1]
     work = lg.StackWork(d, k, G)
     gathered = np.empty((G, d, d))  # the covariances of the observed groups
     F_groups = None if shared_grid else np.empty((G, d, d))
     sums = np.zeros(n_seq)  # log-likelihood, sorted order
-    # Each step's covariances are predicted straight into their rows of `covs` and updated
+    # Each step's covariances are predicted straight into their stack of `covs` and updated
     # there (no separate copy per step); `P` is the previous step's.
     if prior_cov is None:
-        covs[:, 0] = lg.diffuse_covariance(measurement)
+        covs[0] = lg.diffuse_covariance(measurement)
         m = lg.diffuse_mean(measurement, z[order, 0], covs[0, 0])
         means[0, order] = m
         first = 1
@@ -493,7 +540,7 @@ def _filter_groups(
         m = np.broadcast_to(prior_mean, (n_seq, d))
         first = 0
     for step in range(first, T):
-        P, new = covs[:, step - 1] if step else np.broadcast_to(prior_cov, (G, d, d)), covs[:, step]
+        P, new = covs[step - 1] if step else np.broadcast_to(prior_cov, (G, d, d)), covs[step]
         if shared_grid:
             lg.predict_cov(P, Phi[0, step], Qd[0, step], out=new, work=work)
             m = lg.predict_mean(m, Phi[0, step], offset[0, step])
@@ -508,7 +555,7 @@ def _filter_groups(
             every = n_upd == G
             masked = not every and zero_gain
             if every or masked:  # all groups at once; with `masked` the missing get W = 0
-                _, W, Linv, logdet = lg.update_stack(
+                update = lg.update_stack(
                     P, C, R, identity, active=upd if masked else None, work=work, out=P
                 )
                 rows = slice(None)
@@ -516,12 +563,13 @@ def _filter_groups(
             else:
                 index = np.flatnonzero(upd)
                 sub = np.take(P, index, axis=0, out=gathered[:n_upd])
-                _, W, Linv, logdet = lg.update_stack(sub, C, R, identity, work=work, out=sub)
+                update = lg.update_stack(sub, C, R, identity, work=work, out=sub)
                 P[index] = sub
                 rows = upd[sorted_group]  # sorted sequences whose group is observed
                 slot = np.repeat(np.arange(n_upd), counts[upd])
+            W, logdet = update.W, update.logdet
             if not singletons:  # each sequence takes its group's factors
-                W, Linv, logdet = W[slot], Linv[slot], logdet[slot]
+                W, logdet = W[slot], logdet[slot]
             # Innovations of the observed sequences, whitened by their group's factor:
             # w = L^-1 e, m += W^T w (= K e with K = W^T L^-1), -1/2 (|w|^2 + log det S).
             if isinstance(order, slice):
@@ -532,7 +580,7 @@ def _filter_groups(
             if masked:  # missing ones (NaN allowed in z) contribute nothing
                 observed = upd[sorted_group]
                 e = np.where(observed[:, None], e, 0.0)
-            w = np.matmul(Linv, e[:, :, None])[:, :, 0]  # one small BLAS call per row
+            w = update.whiten(e, None if singletons else slot)
             correction = np.matmul(w[:, None, :], W)[:, 0]
             if every or masked:
                 m = m + correction
@@ -568,12 +616,12 @@ def _grouped_filter_small(
         order = slice(None)
     singletons = bool(np.all(np.bincount(group, minlength=G) == 1))
     identity = lg.is_identity(C)
-    means, covs = np.empty((T, B, d)), np.empty((G, T, d, d))
+    means, covs = _result_array((T, B, d)), _result_array((T, G, d, d))  # as _grouped_filter
     loglik = np.zeros(B)
     if prior_cov is None:
         P0 = lg.diffuse_covariance(measurement)
         m = np.ascontiguousarray(lg.diffuse_mean(measurement, z[order, 0], P0).T)
-        means[0, order], covs[:, 0] = m.T, P0
+        means[0, order], covs[0] = m.T, P0
         P, first = np.repeat(P0[:, :, None], G, axis=2), 1
     else:
         P, first = np.repeat(prior_cov[:, :, None], G, axis=2), 0
@@ -627,10 +675,10 @@ def _grouped_filter_small(
             terms = np.einsum("ig,ig->g", w, w) + logdet + k * LOG_2PI
             loglik -= 0.5 * (terms if every else np.where(seen, terms, 0.0))
         means[step, order] = m.T
-        covs[:, step] = P.transpose(2, 0, 1)
+        covs[step] = P.transpose(2, 0, 1)
     out = np.empty(B)
     out[order] = loglik
-    return means, out, covs
+    return means, out, np.moveaxis(covs, 0, 1)
 
 
 def _squeezed(result: FilterResult, squeeze: bool) -> FilterResult:
@@ -682,7 +730,7 @@ def predicted_covs(result: FilterResult) -> np.ndarray:
     `FilterResult`, (G, T, d, d); NaN at step 0 for a diffuse prior. `FilterResult.pred_covs`
     is this function; the arithmetic is the filter's (`linear_gaussian.predict_cov`)."""
     covs = result.covs
-    out = np.empty(covs.shape)
+    out = np.empty_like(covs)  # the same layout (the filter's store is time-major)
     for step in range(covs.shape[1]):
         F, Q, _ = _step_maps(result, step, per_sequence=False)
         if step:
@@ -719,7 +767,7 @@ def rts_smoother(filtered: FilterResult) -> SmootherResult:
     covs, group = filtered.covs, filtered.group
     m = np.moveaxis(means, 1, 0)  # (T, B, d)
     T = m.shape[0]
-    s_means, s_covs = m.copy(), covs.copy()
+    s_means, s_covs = m.copy(), covs.copy(order="K")  # keeps the time-major store
     for step in range(T - 2, -1, -1):
         F, Q, _ = _step_maps(filtered, step + 1, per_sequence=False)
         F_seq, _, c_seq = _step_maps(filtered, step + 1, per_sequence=True)

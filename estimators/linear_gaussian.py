@@ -293,46 +293,77 @@ class StackWork:
         self.FP, self.M = np.empty((capacity, d, d)), np.empty((capacity, d, d))
         self.CP, self.S = np.empty((capacity, k, d)), np.empty((capacity, k, k))
         self.W, self.WtW = np.empty((capacity, k, d)), np.empty((capacity, d, d))
-        self.cholesky = stacked.CholeskyWork(k, capacity)
+        # The vectorised factor's buffers; larger k factors with LAPACK (see `update_stack`).
+        self.cholesky = stacked.CholeskyWork(k, capacity) if k <= stacked.SMALL else None
+
+
+class StackUpdate(NamedTuple):
+    """Result of `update_stack`: ``P+`` (n, d, d), ``W = L^-1 C P`` (n, k, d), the factor of
+    ``S = L L^T`` (n, k, k) and ``log det S`` (n,).
+
+    ``factor`` is ``L^-1`` when ``inverse`` (the vectorised form, k <= `stacked.SMALL`), else
+    ``L`` (one LAPACK call per matrix); `whiten` hides the difference.
+    """
+
+    P: np.ndarray
+    W: np.ndarray
+    factor: np.ndarray
+    logdet: np.ndarray
+    inverse: bool
+
+    def whiten(self, e: np.ndarray, rows=None) -> np.ndarray:
+        """``w = L^-1 e`` for innovations e (m, k); ``rows`` (m,) picks each one's matrix
+        (default: e's rows are the stack's, in order). Returns (m, k)."""
+        factor = self.factor if rows is None else self.factor[rows]
+        if self.inverse:
+            return np.matmul(factor, e[:, :, None])[:, :, 0]  # one small BLAS call per row
+        return stacked.solve_lower(factor, e[:, :, None])[:, :, 0]
 
 
 def update_stack(
     P: np.ndarray, C: np.ndarray, R: np.ndarray, identity=None, active=None, work=None, out=None
-):
+) -> StackUpdate:
     """`update` for a stack of covariances P (n, d, d), returning the whitened gain instead.
 
     The same algebra, ``S = C P C^T + R = L L^T``, ``W = L^-1 C P``, ``P+ = P - W^T W``, with
-    the kernels of `estimators.stacked` (``L^-1`` and ``log det S`` vectorised over the stack
-    by `stacked.inverse_cholesky`; the products by `stacked.matmul`) and ``C P = P``,
-    ``S = P + R`` when ``C`` is the identity. Instead of ``K`` it returns ``W``: a caller
-    whitens an innovation by ``w = L^-1 e`` and corrects the mean by ``K e = W^T w``, which
-    saves forming ``K``. ``identity`` says whether ``C`` is the identity (`is_identity`;
-    computed when None). ``active`` (n,) bool, when given, marks the matrices that are
-    updated: the others get ``W = 0``, so ``P+ = P`` (their ``L^-1`` and ``log det S`` are
-    returned but mean nothing). ``work`` (a `StackWork` for d, k and at least n matrices),
-    when given, holds the intermediates and ``W``, ``L^-1``, ``log det S``, which are then
-    views into it, valid until its next use; ``out`` (n, d, d), when given, receives ``P+``
-    and may be ``P`` itself. The arithmetic is the same either way.
-    Returns ``(P+, W, L^-1, log det S)``: (n, d, d), (n, k, d), (n, k, k), (n,).
+    the kernels of `estimators.stacked`, and ``C P = P``, ``S = P + R`` when ``C`` is the
+    identity. For k <= `stacked.SMALL` the factor is ``L^-1``, vectorised over the stack
+    (`stacked.inverse_cholesky`), and ``W`` a product; for larger k it is ``L``, one LAPACK
+    call per matrix (`stacked.cholesky`), and ``W`` a triangular solve (`stacked.solve_lower`).
+    Instead of ``K`` it returns ``W``: a caller whitens an innovation by ``w = L^-1 e``
+    (`StackUpdate.whiten`) and corrects the mean by ``K e = W^T w``, which saves forming
+    ``K``. ``identity`` says whether ``C`` is the identity (`is_identity`; computed when
+    None). ``active`` (n,) bool, when given, marks the matrices that are updated: the others
+    get ``W = 0``, so ``P+ = P`` (their factor and ``log det S`` are returned but mean nothing).
+    ``work`` (a `StackWork` for d, k and at least n matrices), when given, holds the
+    intermediates and ``W``, ``L^-1``, ``log det S``, which are then views into it, valid until
+    its next use; ``out`` (n, d, d), when given, receives ``P+`` and may be ``P`` itself. The
+    arithmetic is the same either way.
     """
     if identity is None:
         identity = is_identity(C)
-    n = P.shape[0]
+    n, k = P.shape[0], C.shape[0]
     if work is None:
-        work = StackWork(P.shape[-1], C.shape[0], n)
-    if identity:
-        CP = P
-        Linv, logdet = stacked.inverse_cholesky(P, shift=R, work=work.cholesky)
+        work = StackWork(P.shape[-1], k, n)
+    small = k <= stacked.SMALL
+    CP = P if identity else stacked.matmul(C, P, out=work.CP[:n])
+    if small and identity:  # S = P + R, added inside the factorisation
+        factor, logdet = stacked.inverse_cholesky(P, shift=R, work=work.cholesky)
     else:
-        CP = stacked.matmul(C, P, out=work.CP[:n])
-        S = stacked.matmul(CP, C.T, out=work.S[:n])
-        S += R
-        Linv, logdet = stacked.inverse_cholesky(S, work=work.cholesky)
-    W = stacked.matmul(Linv, CP, out=work.W[:n])
+        S = work.S[:n]
+        if identity:
+            np.add(P, R, out=S)
+        else:
+            stacked.matmul(CP, C.T, out=S)
+            S += R
+        factor, logdet = (
+            stacked.inverse_cholesky(S, work=work.cholesky) if small else stacked.cholesky(S)
+        )
+    W = stacked.matmul(factor, CP, out=work.W[:n]) if small else stacked.solve_lower(factor, CP)
     if active is not None:
         W *= active[:, None, None]
     # ``W^T W`` comes out exactly symmetric (BLAS syrk for the transposed pair, or equal
     # products summed in the same order), so ``P+`` is as symmetric as ``P``.
     WtW = stacked.matmul(transpose(W), W, out=work.WtW[:n])
     P_new = np.subtract(P, WtW, out=WtW if out is None else out)
-    return P_new, W, Linv, logdet
+    return StackUpdate(P_new, W, factor, logdet, small)

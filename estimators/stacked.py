@@ -14,6 +14,13 @@ and numpy has no batched triangular solve or inverse at all. The kernels:
   length n); it raises ``LinAlgError`` for a matrix that is not positive definite. A caller
   then whitens by products with ``L^-1`` instead of triangular solves. A filter passes a
   `CholeskyWork` (and ``out`` to `matmul`) so that the per-step arrays are allocated once.
+  This is the form for k <= `SMALL`, where the per-matrix calls below would be all overhead.
+* `cholesky` and `solve_lower`: ``L`` and ``L^-1 X`` with one LAPACK call per matrix (through
+  torch's batched ``cholesky_ex`` and ``solve_triangular``, float64 on the numpy memory). The
+  form for larger k: at k = 16 the vectorised loops cost more than the per-matrix calls, and
+  unlike numpy's stacked BLAS calls these release the GIL for the whole stack, so that a
+  filter's threads run them side by side (measured on 2 cores, 1000 matrices 16 x 16: the
+  factor, solve and product of an update 4.6-5.3 ms in one thread, 2.6-3.4 ms in two).
 
 All inputs and outputs are float64 numpy arrays; results equal the textbook products and
 factors up to round-off (`tests/estimators/test_stacked.py` checks them against numpy).
@@ -149,3 +156,43 @@ def inverse_cholesky(
     logdet *= 2.0
     _stack_first(work.X[:, :n], work.Linv[:n])
     return work.Linv[:n].reshape(n, k, k), logdet
+
+
+def _torch():
+    """torch, imported on first use: only the LAPACK path needs it (importing takes ~1 s)."""
+    import torch
+
+    return torch
+
+
+def cholesky(S: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Lower Cholesky factors ``L`` (``S = L L^T``) and ``log det S`` of a stack (n, k, k).
+
+    One LAPACK ``potrf`` per matrix (``torch.linalg.cholesky_ex`` on the numpy memory, float64);
+    only the lower triangle of ``S`` is read; ``log det S = 2 sum_i log L_ii``. A matrix that
+    is not positive definite (a pivot <= 0 or NaN) raises ``np.linalg.LinAlgError``, as
+    `inverse_cholesky` does.
+    Returns ``(L, log det S)``: (n, k, k) lower triangular (zeros above) and (n,).
+    """
+    n, k = S.shape[0], S.shape[-1]
+    if S.shape != (n, k, k):
+        raise ValueError(f"cholesky: S must be a stack (n, k, k), got {S.shape}")
+    torch = _torch()
+    # L comes back in LAPACK's column-major layout (a transposed view per matrix), which is
+    # what `solve_lower` hands back to LAPACK without a copy.
+    L = torch.linalg.cholesky_ex(torch.from_numpy(S))[0].numpy()
+    diagonal = np.diagonal(L, axis1=1, axis2=2)
+    if not np.all(diagonal > 0):  # also catches NaN; LAPACK stops at the first bad pivot
+        raise np.linalg.LinAlgError("Matrix is not positive definite")
+    return L, 2.0 * np.sum(np.log(diagonal), axis=1)
+
+
+def solve_lower(L: np.ndarray, X: np.ndarray) -> np.ndarray:
+    """``L^-1 X`` for lower triangular ``L`` (n, k, k) and ``X`` (n, k, m) (leading axes
+    broadcast), one LAPACK ``trsm`` per matrix (``torch.linalg.solve_triangular``, float64).
+    """
+    if L.shape[-1] != X.shape[-2]:
+        raise ValueError(f"solve_lower: L {L.shape} and X {X.shape} do not match")
+    torch = _torch()
+    L_t, X_t = torch.from_numpy(L), torch.from_numpy(X)  # any layout; torch copies if needed
+    return torch.linalg.solve_triangular(L_t, X_t, upper=False).numpy()

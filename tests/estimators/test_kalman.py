@@ -343,3 +343,56 @@ def test_threads_must_be_a_positive_integer(threads):
 
 def test_default_threads_is_at_most_two_and_the_usable_cpus():
     assert 1 <= kalman.default_threads() <= 2
+
+
+def test_blas_threads_are_one_during_the_grouped_filter_and_restored_after(monkeypatch):
+    # `threads` is what the grouped path uses: BLAS's own pools are limited to one thread
+    # while it runs (they made two threads no faster than one) and given back afterwards.
+    controller = kalman._blas_threads()
+    before = [pool["num_threads"] for pool in controller.select(user_api="blas").info()]
+    if not before:
+        pytest.skip("no BLAS thread pool found by threadpoolctl")
+    seen = []
+    run_groups = kalman._filter_groups
+
+    def recording(*args):
+        seen.append(
+            [p["num_threads"] for p in kalman.ThreadpoolController().select(user_api="blas").info()]
+        )
+        return run_groups(*args)
+
+    monkeypatch.setattr(kalman, "_filter_groups", recording)
+    sde, meas, z, t, mask = _threaded_problem(6, 11, 10, grids=False, seed=1)
+    kalman_filter(sde, meas, z, t, prior=GaussianPrior(np.ones(6), np.eye(6)), mask=mask)
+    assert seen and all(counts == [1] * len(before) for counts in seen)
+    after = [pool["num_threads"] for pool in controller.select(user_api="blas").info()]
+    assert after == before
+
+
+def test_grouped_covariances_are_stored_time_major():
+    # Each step's stack is contiguous (the filter and the smoother work on covs[:, step]);
+    # the result is still indexed (G, T, d, d), and the smoother keeps the layout.
+    sde, meas, z, t, mask = _threaded_problem(6, 11, 10, grids=False, seed=2)
+    out = kalman_filter(sde, meas, z, t, prior=GaussianPrior(np.ones(6), np.eye(6)), mask=mask)
+    G = out.covs.shape[0]
+    assert out.covs.shape == (G, 10, 6, 6) and G > 1
+    assert out.covs[:, 3].flags.c_contiguous and not out.covs.flags.c_contiguous
+    smoothed = kalman.rts_smoother(out)
+    assert smoothed.covs[:, 3].flags.c_contiguous
+    assert out.pred_covs[:, 3].flags.c_contiguous
+
+
+def test_result_array_leaves_numpys_huge_page_advice_as_it_was():
+    switch = getattr(getattr(np, "_core", np), "multiarray", None)
+    switch = getattr(switch, "_set_madvise_hugepage", None)
+    if switch is None:
+        pytest.skip("this numpy has no huge-page switch")
+    original = switch(True)
+    try:
+        for state in (True, False):
+            switch(state)
+            out = kalman._result_array((5, 3, 2))
+            assert out.shape == (5, 3, 2) and out.dtype == np.float64 and out.flags.writeable
+            assert switch(state) is state  # what it was before this call: restored
+    finally:
+        switch(original)

@@ -64,9 +64,30 @@ def test_inverse_cholesky_of_ill_conditioned_matrices(k):
     np.testing.assert_allclose(logdet, np.linalg.slogdet(S)[1], rtol=0, atol=bound)
 
 
+@pytest.mark.parametrize("k", [1, 2, stacked.SMALL + 1, 16])
+def test_cholesky_and_solve_lower_equal_numpy(k):
+    rng = np.random.default_rng(40 + k)
+    S = _spd(rng, 37, k)
+    L, logdet = stacked.cholesky(S)
+    np.testing.assert_allclose(L, np.linalg.cholesky(S), rtol=1e-12, atol=1e-13)
+    assert np.array_equal(L, np.tril(L))  # lower triangular, zeros above
+    # log det is a sum of k logs of pivots, each with a relative error of a few eps: an
+    # absolute error of about k eps (it can be near 0, so no relative bound).
+    np.testing.assert_allclose(logdet, np.linalg.slogdet(S)[1], rtol=0, atol=4 * k * 2.3e-16)
+    X = rng.normal(size=(37, k, 3))
+    Y = stacked.solve_lower(L, X)
+    np.testing.assert_allclose(L @ Y, X, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(Y, np.linalg.solve(L, X), rtol=1e-10, atol=1e-12)
+    with pytest.raises(ValueError, match="do not match"):
+        stacked.solve_lower(L, rng.normal(size=(37, k + 1, 3)))
+    with pytest.raises(ValueError, match="must be a stack"):
+        stacked.cholesky(S[:, :, :-1])
+
+
+@pytest.mark.parametrize("factor", [stacked.inverse_cholesky, stacked.cholesky])
 @pytest.mark.parametrize("k", [1, 2, stacked.SMALL + 2])
 @pytest.mark.parametrize("bad", ["negative", "zero pivot", "nan"])
-def test_inverse_cholesky_refuses_a_matrix_that_is_not_positive_definite(k, bad):
+def test_factors_refuse_a_matrix_that_is_not_positive_definite(factor, k, bad):
     S = _spd(np.random.default_rng(3), 4, k)
     if bad == "negative":
         S[2] = -S[2]
@@ -75,24 +96,36 @@ def test_inverse_cholesky_refuses_a_matrix_that_is_not_positive_definite(k, bad)
     else:
         S[2, 0, 0] = np.nan
     with pytest.raises(np.linalg.LinAlgError, match="not positive definite"):
-        stacked.inverse_cholesky(S)
+        factor(S)
 
 
-@pytest.mark.parametrize(("d", "k", "identity"), [(2, 2, True), (3, 2, False), (6, 4, False)])
+UPDATE_CASES = [(2, 2, True), (3, 2, False), (6, 4, False), (6, 6, True), (7, 5, False)]
+
+
+@pytest.mark.parametrize(("d", "k", "identity"), UPDATE_CASES)
 def test_update_stack_equals_the_update(d, k, identity):
+    # Both factor forms: L^-1 vectorised (k <= SMALL) and L from LAPACK (k > SMALL).
     rng = np.random.default_rng(d + k)
     P = _spd(rng, 5, d)
     C = np.eye(d) if identity else rng.normal(size=(k, d))
     R = _spd(rng, 1, C.shape[0])[0]
-    P_new, W, Linv, logdet = lg.update_stack(P, C, R)
+    got = lg.update_stack(P, C, R)
+    P_new, W, logdet = got.P, got.W, got.logdet
+    assert got.inverse == (k <= stacked.SMALL)
+    Linv = got.factor if got.inverse else np.linalg.inv(got.factor)
     P_ref, K, Linv_ref, logdet_ref = lg.update(P, C, R)
     np.testing.assert_allclose(P_new, P_ref, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(Linv, Linv_ref, rtol=1e-12, atol=1e-13)
     np.testing.assert_allclose(np.swapaxes(W, -1, -2) @ Linv, K, atol=1e-12)
     np.testing.assert_allclose(logdet, logdet_ref, rtol=1e-13)
     assert np.array_equal(P_new, np.swapaxes(P_new, -1, -2))  # exactly symmetric
+    e = rng.normal(size=(5, k))
+    want = (Linv_ref @ e[:, :, None])[:, :, 0]
+    np.testing.assert_allclose(got.whiten(e), want, rtol=1e-12, atol=1e-12)
+    rows = np.array([4, 0, 0, 2])  # innovations taking chosen matrices' factors
+    np.testing.assert_allclose(got.whiten(e[rows], rows), want[rows], rtol=1e-12, atol=1e-12)
     active = np.array([True, False, True, False, True])
-    P_masked, W_masked, _, _ = lg.update_stack(P, C, R, active=active)
+    P_masked, W_masked, *_ = lg.update_stack(P, C, R, active=active)
     assert np.array_equal(P_masked[~active], P[~active]) and not np.any(W_masked[~active])
     np.testing.assert_array_equal(P_masked[active], P_new[active])
 
@@ -116,7 +149,9 @@ def test_inverse_cholesky_with_work_buffers_equals_without(k):
         stacked.inverse_cholesky(_spd(rng, 5, k + 1), work=work)
 
 
-@pytest.mark.parametrize(("d", "k", "identity"), [(2, 2, True), (6, 4, False), (16, 16, True)])
+@pytest.mark.parametrize(
+    ("d", "k", "identity"), [(2, 2, True), (6, 4, False), (7, 5, False), (16, 16, True)]
+)
 def test_update_stack_and_predict_with_work_buffers_equal_without(d, k, identity):
     rng = np.random.default_rng(30 + d)
     C = np.eye(d) if identity else rng.normal(size=(k, d))
