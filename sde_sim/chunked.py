@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sde_sim import validation
 from sde_sim.distributed import INSTALL_HINT, DistributedUnavailable
 from sde_sim.scenario import PATH_BLOCK, SimulationPlan, _measurement_dim
 
@@ -178,10 +179,30 @@ def write_blocks(path: str, plan: SimulationPlan, blocks: Sequence[int]) -> int:
     complete = group["complete"]
     for b in blocks:
         start, stop = plan.block_paths(b)
-        for name, values in plan.block(b).items():
+        block = plan.block(b)
+        check_finite_block(plan, b, block["x"])
+        for name, values in block.items():
             arrays[name][start:stop] = values
         complete[b] = True
     return len(blocks)
+
+
+def check_finite_block(plan: SimulationPlan, b: int, x: np.ndarray) -> None:
+    """Refuse block `b`'s states `x` if they overflowed to inf or NaN, before any of it is
+    written (as `python -m sde_sim simulate` refuses such paths for ``.npz``): an Euler step
+    past the stable one for the system's rates makes paths grow geometrically. The
+    ValueError names the block, the count and, for Euler, the stable step."""
+    bad = int(x.size - np.count_nonzero(np.isfinite(x)))
+    if not bad:
+        return
+    why = None
+    if plan.method == "euler":
+        why = validation.euler_instability(plan.scenario.system, plan.grid.steps)
+    advice = why or "the step is too large for the system's rates; use a smaller one"
+    raise ValueError(
+        f"the simulated paths overflowed (block {b}: {bad} of {x.size} state values are inf "
+        f"or NaN; nothing of it was written): {advice}"
+    )
 
 
 def tasks(missing: Sequence[int], chunk_paths: int) -> list[list[int]]:

@@ -176,11 +176,24 @@ class EulerStabilityWarning(UserWarning):
 
 def euler_stability(system, steps) -> None:
     """Warn (`EulerStabilityWarning`, naming the rates and the step) when an Euler step
-    multiplies a decaying mode ``lambda`` (``Re lambda < 0``) by ``|1 + lambda h| > 1``.
+    multiplies a decaying mode ``lambda`` (``Re lambda < 0``) by ``|1 + lambda h| > 1``
+    (the message is `euler_instability`'s)."""
+    message = euler_instability(system, steps)
+    if message is not None:
+        import warnings
+
+        warnings.warn(message, EulerStabilityWarning, stacklevel=3)
+
+
+def euler_instability(system, steps) -> str | None:
+    """Why an Euler step is unstable for `system`, or None: a decaying mode ``lambda``
+    (``Re lambda < 0``) multiplied by ``|1 + lambda h| > 1`` per step, with the stable bound
+    ``h < min(-2 Re lambda / |lambda|^2)``.
 
     `system` is a linear SDE (``A``) or a radial-tangential one (``mu_r``, ``mu_t``,
     ``Omega``: the literal drift ``-mu_r I + Omega``, and ``-mu_t`` on the tangent plane in
     the frozen frame); a mode with ``Re lambda >= 0`` is left to the instability warning.
+    `steps` are the step sizes (the largest counts).
     """
     h = float(np.max(np.asarray(steps, dtype=float), initial=0.0))
     if hasattr(system, "A"):
@@ -191,24 +204,21 @@ def euler_stability(system, steps) -> None:
         lam = np.concatenate([-system.mu_r + omega, -system.mu_t + omega])
         names = "mu_r, mu_t"
     else:
-        return
+        return None
     lam = lam[np.isfinite(lam) & (lam.real < 0)]
     if not lam.size or not math.isfinite(h):
-        return
+        return None
     with np.errstate(over="ignore", invalid="ignore"):
         factor = np.abs(1.0 + lam * h)
         worst = float(np.max(factor))
         limit = float(np.min(-2.0 * lam.real / np.abs(lam) ** 2))
-    if worst > 1.0 + 1e-12:
-        import warnings
-
-        warnings.warn(
-            f"Euler-Maruyama is unstable for these rates ({names}) at the step dt = {h:g}: a "
-            f"decaying mode is multiplied by |1 + lambda dt| = {worst:.4g} > 1 per step, so "
-            f"paths grow without bound; use method 'exact' or dt < {limit:.3g}",
-            EulerStabilityWarning,
-            stacklevel=3,
-        )
+    if worst <= 1.0 + 1e-12:
+        return None
+    return (
+        f"Euler-Maruyama is unstable for these rates ({names}) at the step dt = {h:g}: a "
+        f"decaying mode is multiplied by |1 + lambda dt| = {worst:.4g} > 1 per step, so "
+        f"paths grow without bound; use method 'exact' or dt < {limit:.3g}"
+    )
 
 
 def numeric_array(name: str, value: Any) -> np.ndarray:

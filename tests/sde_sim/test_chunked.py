@@ -290,3 +290,19 @@ def test_input_refused_while_simulating_leaves_no_store(tmp_path, capsys, monkey
         patch.setattr(SimulationPlan, "block", refuse)
         assert _run(capsys, "--out", str(store))[0] == 2
     assert store.exists() and zarr.open_group(str(store), mode="r")["complete"][0]
+
+
+@pytest.mark.parametrize("dt", ["10", "1e20"])
+def test_a_store_whose_paths_overflow_is_refused_and_not_left_behind(tmp_path, capsys, dt):
+    """The .zarr path refuses overflowed paths as the .npz path does: one line naming the step
+    and the stable bound (dt < 0.198 for afa-2d), exit 2, no store; a stable step writes."""
+    store = tmp_path / "x.zarr"
+    argv = ["simulate", "--system", "afa-2d", "--paths", "2", "--out", str(store)]
+    code = main([*argv, "--dt", dt])
+    _, err = capsys.readouterr()
+    assert code == 2 and err.count("\n") == 1
+    assert "the simulated paths overflowed (block 0" in err and f"dt = {float(dt):g}" in err
+    assert "dt < 0.198" in err
+    assert not store.exists()
+    assert main([*argv, "--dt", "0.01"]) == 0 and store.exists()  # control
+    assert np.all(np.isfinite(np.asarray(io.load(store).x)))
