@@ -31,8 +31,10 @@ of small matrices go through `estimators.stacked`.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
@@ -441,7 +443,7 @@ def _grouped_filter(
     # than one (they contend for its thread pool: a predict step took 1.1 ms in one thread
     # and in two, 0.6-0.7 ms in two with this limit), and its threads for the one product
     # over all rows in `linear_gaussian.predict_cov` made a one-thread step 2x slower.
-    with _blas_threads().limit(limits=1, user_api="blas"):
+    with _one_blas_thread():
         if parts == 1:
             _filter_groups(*args, 0, G)
         else:
@@ -479,6 +481,32 @@ def _blas_threads() -> ThreadpoolController:
     """The thread pools of the loaded BLAS libraries, found once (a search of the loaded
     libraries takes about 0.7 ms; numpy's BLAS is loaded before this module is)."""
     return ThreadpoolController()
+
+
+_blas_lock = threading.Lock()
+_blas_limit = None  # the limiter in force while `_blas_users` > 0
+_blas_users = 0
+
+
+@contextlib.contextmanager
+def _one_blas_thread():
+    """BLAS limited to one thread while any grouped filter call runs, the user's setting
+    restored when the last one ends. The limit is process-wide, so calls from several threads
+    share it: each saving and restoring on its own would, when they overlap, leave the
+    limit of one in place for good."""
+    global _blas_limit, _blas_users
+    with _blas_lock:
+        if _blas_users == 0:
+            _blas_limit = _blas_threads().limit(limits=1, user_api="blas")
+        _blas_users += 1
+    try:
+        yield
+    finally:
+        with _blas_lock:
+            _blas_users -= 1
+            if _blas_users == 0:
+                _blas_limit.restore_original_limits()
+                _blas_limit = None
 
 
 # A thread of `_grouped_filter` takes at least this many groups, so that a thread's per-step

@@ -345,28 +345,30 @@ def test_default_threads_is_at_most_two_and_the_usable_cpus():
     assert 1 <= kalman.default_threads() <= 2
 
 
+def _blas_thread_counts() -> list[int]:
+    """The thread count of each loaded BLAS library's pool, as found now."""
+    pools = kalman.ThreadpoolController().select(user_api="blas").info()
+    return [pool["num_threads"] for pool in pools]
+
+
 def test_blas_threads_are_one_during_the_grouped_filter_and_restored_after(monkeypatch):
     # `threads` is what the grouped path uses: BLAS's own pools are limited to one thread
     # while it runs (they made two threads no faster than one) and given back afterwards.
-    controller = kalman._blas_threads()
-    before = [pool["num_threads"] for pool in controller.select(user_api="blas").info()]
-    if not before:
-        pytest.skip("no BLAS thread pool found by threadpoolctl")
+    before = _blas_thread_counts()
+    if not before or max(before) < 2:
+        pytest.skip("needs a BLAS thread pool of two threads or more")
     seen = []
     run_groups = kalman._filter_groups
 
     def recording(*args):
-        seen.append(
-            [p["num_threads"] for p in kalman.ThreadpoolController().select(user_api="blas").info()]
-        )
+        seen.append(_blas_thread_counts())
         return run_groups(*args)
 
     monkeypatch.setattr(kalman, "_filter_groups", recording)
     sde, meas, z, t, mask = _threaded_problem(6, 11, 10, grids=False, seed=1)
     kalman_filter(sde, meas, z, t, prior=GaussianPrior(np.ones(6), np.eye(6)), mask=mask)
     assert seen and all(counts == [1] * len(before) for counts in seen)
-    after = [pool["num_threads"] for pool in controller.select(user_api="blas").info()]
-    assert after == before
+    assert _blas_thread_counts() == before
 
 
 def test_grouped_covariances_are_stored_time_major():
@@ -396,3 +398,18 @@ def test_result_array_leaves_numpys_huge_page_advice_as_it_was():
             assert switch(state) is state  # what it was before this call: restored
     finally:
         switch(original)
+
+
+def test_overlapping_calls_from_two_threads_restore_the_blas_threads():
+    # The limit is process-wide: A enters, B enters, A leaves, B leaves must end with the
+    # user's setting, not with the limit of one that B saw when it entered.
+    before = _blas_thread_counts()
+    if not before or max(before) < 2:
+        pytest.skip("needs a BLAS thread pool of two threads or more")
+    a, b = kalman._one_blas_thread(), kalman._one_blas_thread()
+    a.__enter__()
+    b.__enter__()
+    a.__exit__(None, None, None)
+    assert _blas_thread_counts() == [1] * len(before)  # B still runs: still limited
+    b.__exit__(None, None, None)
+    assert _blas_thread_counts() == before
