@@ -292,9 +292,12 @@ class StackWork:
         self.d, self.k, self.capacity = d, k, capacity
         self.FP, self.M = np.empty((capacity, d, d)), np.empty((capacity, d, d))
         self.CP, self.S = np.empty((capacity, k, d)), np.empty((capacity, k, k))
-        self.W, self.WtW = np.empty((capacity, k, d)), np.empty((capacity, d, d))
-        # The vectorised factor's buffers; larger k factors with LAPACK (see `update_stack`).
-        self.cholesky = stacked.CholeskyWork(k, capacity) if k <= stacked.SMALL else None
+        self.WtW = np.empty((capacity, d, d))
+        # The vectorised factor's buffers and W = L^-1 C P; for larger k the factor and W
+        # come from LAPACK calls (see `update_stack`).
+        small = k <= stacked.SMALL
+        self.W = np.empty((capacity, k, d)) if small else None
+        self.cholesky = stacked.CholeskyWork(k, capacity) if small else None
 
 
 class StackUpdate(NamedTuple):
