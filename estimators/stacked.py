@@ -165,6 +165,12 @@ def _torch():
     return torch
 
 
+def _tensor(a: np.ndarray):
+    """``a`` as a torch tensor on the same memory; a read-only array (a broadcast view, say)
+    is copied first, since torch tensors are always writable."""
+    return _torch().from_numpy(a if a.flags.writeable else np.array(a))
+
+
 def cholesky(S: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Lower Cholesky factors ``L`` (``S = L L^T``) and ``log det S`` of a stack (n, k, k).
 
@@ -177,10 +183,9 @@ def cholesky(S: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     n, k = S.shape[0], S.shape[-1]
     if S.shape != (n, k, k):
         raise ValueError(f"cholesky: S must be a stack (n, k, k), got {S.shape}")
-    torch = _torch()
     # L comes back in LAPACK's column-major layout (a transposed view per matrix), which is
     # what `solve_lower` hands back to LAPACK without a copy.
-    L = torch.linalg.cholesky_ex(torch.from_numpy(S))[0].numpy()
+    L = _torch().linalg.cholesky_ex(_tensor(S))[0].numpy()
     diagonal = np.diagonal(L, axis1=1, axis2=2)
     if not np.all(diagonal > 0):  # also catches NaN; LAPACK stops at the first bad pivot
         raise np.linalg.LinAlgError("Matrix is not positive definite")
@@ -193,6 +198,5 @@ def solve_lower(L: np.ndarray, X: np.ndarray) -> np.ndarray:
     """
     if L.shape[-1] != X.shape[-2]:
         raise ValueError(f"solve_lower: L {L.shape} and X {X.shape} do not match")
-    torch = _torch()
-    L_t, X_t = torch.from_numpy(L), torch.from_numpy(X)  # any layout; torch copies if needed
-    return torch.linalg.solve_triangular(L_t, X_t, upper=False).numpy()
+    # Any layout: torch copies into LAPACK's where it needs to.
+    return _torch().linalg.solve_triangular(_tensor(L), _tensor(X), upper=False).numpy()

@@ -1,5 +1,7 @@
 """Kernels for stacks of small matrices against numpy, on both sides of SMALL."""
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -82,6 +84,20 @@ def test_cholesky_and_solve_lower_equal_numpy(k):
         stacked.solve_lower(L, rng.normal(size=(37, k + 1, 3)))
     with pytest.raises(ValueError, match="must be a stack"):
         stacked.cholesky(S[:, :, :-1])
+
+
+def test_cholesky_and_solve_lower_take_read_only_views_without_warning():
+    # A broadcast view is read-only; torch tensors are always writable, so it is copied
+    # (torch would otherwise warn, and a write through the tensor would be undefined).
+    S = np.broadcast_to(_spd(np.random.default_rng(7), 1, 5)[0], (4, 5, 5))
+    X = np.broadcast_to(np.arange(10.0).reshape(5, 2), (4, 5, 2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        L, logdet = stacked.cholesky(S)
+        Y = stacked.solve_lower(L, X)
+    np.testing.assert_allclose(L, np.linalg.cholesky(S), rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(L @ Y, X, rtol=1e-12, atol=1e-12)
+    assert not S.flags.writeable and not X.flags.writeable  # the inputs are left as they were
 
 
 @pytest.mark.parametrize("factor", [stacked.inverse_cholesky, stacked.cholesky])
