@@ -212,9 +212,9 @@ def kalman_filter(
     moves by ``W^T L^-1 e``; for k <= 4 ``L^-1`` is computed for the whole stack at once by
     `stacked.inverse_cholesky`, for larger k with one LAPACK call per matrix). The
     covariances are stored time-major (``covs`` is a (G, T, d, d) view of a (T, G, d, d)
-    array), so that each step works on contiguous stacks. For d, k <= 4 on one time grid the
-    groups sit on the last axis
-    and every group is updated, a missing one with zero gain (`_grouped_filter_small`).
+    array), so that each step works on contiguous stacks. For d, k <= 4 on one time grid
+    the groups sit on the last axis and every group is updated, a missing one with zero
+    gain (`_grouped_filter_small`).
     Otherwise (larger matrices, or several time grids) the groups can be split into up to
     ``threads`` ranges filtered side by side in threads (numpy and torch release the GIL
     inside their array operations; BLAS's own threads are turned off during the call, see
@@ -441,8 +441,7 @@ def _grouped_filter(
     # BLAS's own threads are off while the filter runs, so that ``threads`` is what it uses:
     # numpy's OpenBLAS, left with its threads, made two threads' small products no faster
     # than one (they contend for its thread pool: a predict step took 1.1 ms in one thread
-    # and in two, 0.6-0.7 ms in two with this limit), and its threads for the one product
-    # over all rows in `linear_gaussian.predict_cov` made a one-thread step 2x slower.
+    # and in two, 0.6-0.7 ms in two with this limit).
     with _one_blas_thread():
         if parts == 1:
             _filter_groups(*args, 0, G)
@@ -460,7 +459,7 @@ def _result_array(shape: tuple[int, ...]) -> np.ndarray:
     the kernel's default ``defrag=madvise`` the first write to each 2 MB then waits for
     memory compaction when free memory is fragmented: on the development VM, with another 2 GB
     array alive, the first writes to a fresh 2 GB array took 1.0-3.8 s with the advice and
-    1.1-1.5 s without, and a filter call at d = 16 (1000 x 1000) 5.2-9.7 s against 4.3-6.2 s.
+    1.1-1.5 s without, and a filter call at d = 16 (1000 x 1000) 5.2-9.7 s against 4.3-6.4 s.
     The filter writes its covariances once, a contiguous stack per step, so 4 KB pages cost
     it nothing in TLB misses. The advice is numpy's global switch, turned off for this
     allocation only (another thread allocating at that moment may also go without it).
