@@ -7,6 +7,8 @@ times ``repeats`` rounds in a rotating order, so that the noise of a shared mach
 them alike; the best (minimum) time counts. `best_of` and `interleaved_best` time plain callables
 the same way. `machine_lines` records the date, machine, CPUs, load and package versions the
 results depend on; `print_table` prints a fixed-width table from `Column` specs.
+`resident_high_water_kib` and `resident_peak_mb` measure resident memory, which sees every
+allocator (numpy's, torch's, malloc's), where tracemalloc sees only what registers with it.
 
 Used by ``bench_sde.py`` and ``bench_kalman.py`` (contestants, machine, table),
 ``bench_attention.py``, ``bench_scan.py`` and ``bench_oscillator.py`` (`interleaved_best`) and
@@ -22,6 +24,7 @@ import gc
 import importlib
 import os
 import platform
+import resource
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -153,6 +156,52 @@ def run_all(
         for c in active[shift:] + active[:shift]:
             time_call(c, *args(r))
             print(f"  round {r + 1}/{repeats}  {c.label()}  {c.times[-1]:8.3f} s", flush=True)
+
+
+def _status_kib(field: str) -> int | None:
+    """A ``kB`` field of Linux's ``/proc/self/status`` (VmRSS, VmHWM, ...); None elsewhere."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith(f"{field}:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def resident_high_water_kib() -> int:
+    """This process's peak resident memory in KiB.
+
+    Linux's ``VmHWM`` belongs to the current address space. ``ru_maxrss`` (the fallback
+    elsewhere) would not do in a child: across ``exec`` it keeps the parent's peak, which hides
+    the child's own.
+    """
+    peak = _status_kib("VmHWM")
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss if peak is None else peak
+
+
+def resident_peak_mb(fn: Callable[[], object]) -> float | None:
+    """Peak resident memory (MB) of one call of `fn` above the resident size just before it.
+
+    The high-water mark is first reset to the current resident size (Linux >= 4.0: ``5`` written
+    to ``/proc/self/clear_refs``), so the peak is this call's even after larger ones. Memory
+    the process already holds (freed earlier but kept by the allocator) and the call reuses
+    is not counted, so this is what the call adds to the process: a lower bound on what it
+    needs, exact for arrays large enough to be mapped fresh (glibc maps allocations of more
+    than 32 MB at most anew). None where the reset is not possible (not Linux).
+    """
+    gc.collect()
+    try:
+        with open("/proc/self/clear_refs", "w") as clear:
+            clear.write("5")
+    except OSError:
+        return None
+    before = _status_kib("VmRSS")
+    if before is None:
+        return None
+    fn()
+    return (resident_high_water_kib() - before) * 1024 / 1e6
 
 
 def best_of(fn: Callable[[], object], repeats: int) -> float:

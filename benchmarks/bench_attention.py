@@ -46,7 +46,6 @@ import json
 import math
 import os
 import platform
-import resource
 import subprocess
 import sys
 from collections.abc import Callable
@@ -54,7 +53,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from _harness import interleaved_best
+from _harness import interleaved_best, resident_high_water_kib
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
@@ -161,22 +160,6 @@ def probe_memory(name: str, steps: int, dtype) -> None:
         call()
     after = resident_high_water_kib()
     print(json.dumps({"peak_mib": (after - before) / 1024}))
-
-
-def resident_high_water_kib() -> int:
-    """This process's peak resident memory in KiB.
-
-    Linux's ``VmHWM`` belongs to the current address space. ``ru_maxrss`` would not do in a
-    child: across ``exec`` it keeps the parent's peak, which hides the child's own.
-    """
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 def parse_args(argv):

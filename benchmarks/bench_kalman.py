@@ -86,7 +86,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from _harness import NOT_INSTALLED, Column, load_text, machine_lines, optional_import, run_all
+from _harness import (
+    NOT_INSTALLED,
+    Column,
+    load_text,
+    machine_lines,
+    optional_import,
+    resident_peak_mb,
+    run_all,
+)
 from _harness import Contestant as Row
 from _harness import print_table as print_columns
 
@@ -503,14 +511,23 @@ def check_outputs(contestants: list[Contestant], workloads: list[Workload]) -> b
 
 
 def print_memory(contestants: list[Contestant], workloads: list[Workload]) -> None:
-    print("\nPeak traced memory of one call (tracemalloc; numpy buffers included, untimed):")
+    print(
+        "\nPeak memory of one call, untimed: traced (tracemalloc: numpy's buffers, not torch's)"
+        " and resident (what the call adds to the process's resident memory, every allocator;"
+        " memory it reuses from earlier calls is not counted):"
+    )
     for w in workloads:
         group = [c for c in contestants if c.workload is w]
         for c in group[:3]:
             if c.run is None:
                 continue
             c.peak_mb = traced_peak_mb(c.run)
-            print(f"  {w.label:<22} {c.name:<24} {c.peak_mb:10.1f} MB  ({c.sequences} sequences)")
+            resident = resident_peak_mb(c.run)
+            rss = "n/a" if resident is None else f"{resident:.1f} MB"
+            print(
+                f"  {w.label:<22} {c.name:<24} {c.peak_mb:10.1f} MB traced, {rss:>10} resident"
+                f"  ({c.sequences} sequences)"
+            )
 
 
 def run_scan_benchmark(args) -> None:

@@ -59,7 +59,10 @@ def test_one_harness():
     """The scripts share `benchmarks/_harness.py`; none defines its own copy."""
     import re
 
-    shared = r"^(class Contestant:|def (optional_import|time_call|run_all|machine_lines|best_of)\()"
+    shared = (
+        r"^(class Contestant:|def (optional_import|time_call|run_all|machine_lines|best_of"
+        r"|resident_high_water_kib|resident_peak_mb)\()"
+    )
     for script in sorted((REPO_ROOT / "benchmarks").glob("bench_*.py")):
         copies = re.findall(shared, script.read_text(), flags=re.M)
         assert not copies, f"{script.name} redefines {copies}"
@@ -87,3 +90,20 @@ def test_harness_times_every_contestant_in_a_rotating_order(harness, capsys):
         "b             -",
         "  a note",
     ]
+
+
+def test_resident_peak_sees_a_call_that_touches_memory_and_not_one_that_does_not(harness):
+    # 64 MB written inside the call must show (allocated by numpy, freed before the call ends,
+    # so only a reset high-water mark can see it); an empty call is the control.
+    np = pytest.importorskip("numpy")
+
+    def touches():
+        block = np.empty(8 * 2**20)  # 64 MiB
+        block[::512] = 1.0  # one write per 4 KiB page
+
+    big = harness.resident_peak_mb(touches)
+    if big is None:
+        pytest.skip("resident peak not measurable here (needs Linux /proc)")
+    assert big >= 60.0
+    assert harness.resident_peak_mb(lambda: None) < 16.0
+    assert harness.resident_peak_mb(touches) >= 60.0  # again: the mark was reset in between
