@@ -464,8 +464,7 @@ def _result_array(shape: tuple[int, ...]) -> np.ndarray:
     it nothing in TLB misses. The advice is numpy's global switch, turned off for this
     allocation only (another thread allocating at that moment may also go without it).
     """
-    switch = getattr(getattr(np, "_core", np), "multiarray", None)
-    switch = getattr(switch, "_set_madvise_hugepage", None)
+    switch = _huge_page_switch()
     if switch is None:  # not this numpy's API: the plain allocation
         return np.empty(shape)
     advised = switch(False)
@@ -473,6 +472,12 @@ def _result_array(shape: tuple[int, ...]) -> np.ndarray:
         return np.empty(shape)
     finally:
         switch(advised)
+
+
+def _huge_page_switch():
+    """numpy's ``_set_madvise_hugepage(enabled) -> previous`` (numpy >= 2), or None."""
+    multiarray = getattr(getattr(np, "_core", None), "multiarray", None)
+    return getattr(multiarray, "_set_madvise_hugepage", None)
 
 
 @functools.cache

@@ -339,9 +339,10 @@ def update_stack(
     None). ``active`` (n,) bool, when given, marks the matrices that are updated: the others
     get ``W = 0``, so ``P+ = P`` (their factor and ``log det S`` are returned but mean nothing).
     ``work`` (a `StackWork` for d, k and at least n matrices), when given, holds the
-    intermediates and ``W``, ``L^-1``, ``log det S``, which are then views into it, valid until
-    its next use; ``out`` (n, d, d), when given, receives ``P+`` and may be ``P`` itself. The
-    arithmetic is the same either way.
+    intermediates and, for k <= `stacked.SMALL`, ``W``, ``L^-1`` and ``log det S``, which are
+    then views into it, valid until its next use (the LAPACK path returns fresh arrays);
+    ``out`` (n, d, d), when given, receives ``P+`` and may be ``P`` itself. The arithmetic is
+    the same either way.
     """
     if identity is None:
         identity = is_identity(C)

@@ -197,7 +197,8 @@ def check_finite_block(plan: SimulationPlan, b: int, x: np.ndarray) -> None:
         return
     why = None
     if plan.method == "euler":
-        why = validation.euler_instability(plan.scenario.system, plan.grid.steps)
+        # the steps the integrator takes (measurement times inserted), as its own warning
+        why = validation.euler_instability(plan.scenario.system, plan.merged.steps)
     advice = why or "the step is too large for the system's rates; use a smaller one"
     raise ValueError(
         f"the simulated paths overflowed (block {b}: {bad} of {x.size} state values are inf "

@@ -385,8 +385,9 @@ def test_grouped_covariances_are_stored_time_major():
 
 
 def test_result_array_leaves_numpys_huge_page_advice_as_it_was():
-    switch = getattr(getattr(np, "_core", np), "multiarray", None)
-    switch = getattr(switch, "_set_madvise_hugepage", None)
+    switch = kalman._huge_page_switch()
+    if int(np.__version__.split(".")[0]) >= 2:
+        assert switch is not None  # numpy 2 has it: the filter must find it
     if switch is None:
         pytest.skip("this numpy has no huge-page switch")
     original = switch(True)
