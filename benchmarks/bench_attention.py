@@ -53,7 +53,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from _harness import interleaved_best, resident_high_water_kib
+from _harness import interleaved_best, resident_peak_mb
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
@@ -155,11 +155,9 @@ def probe_memory(name: str, steps: int, dtype) -> None:
         contestant_call(name, *small[:3], small[3])()
     q, k, v, dynamics = make_inputs(steps, dtype, "cpu")
     call = contestant_call(name, q, k, v, dynamics)
-    before = resident_high_water_kib()
     with torch.no_grad():
-        call()
-    after = resident_high_water_kib()
-    print(json.dumps({"peak_mib": (after - before) / 1024}))
+        peak_mb = resident_peak_mb(call)  # None where this kernel cannot measure it
+    print(json.dumps({"peak_mib": None if peak_mb is None else peak_mb * 1e6 / 2**20}))
 
 
 def parse_args(argv):

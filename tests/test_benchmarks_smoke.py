@@ -103,7 +103,22 @@ def test_resident_peak_sees_a_call_that_touches_memory_and_not_one_that_does_not
 
     big = harness.resident_peak_mb(touches)
     if big is None:
-        pytest.skip("resident peak not measurable here (needs Linux /proc)")
+        pytest.skip("resident peak not measurable here (no /proc, or the reset mark sees nothing)")
     assert big >= 60.0
     assert harness.resident_peak_mb(lambda: None) < 16.0
     assert harness.resident_peak_mb(touches) >= 60.0  # again: the mark was reset in between
+
+
+def test_resident_peak_is_refused_where_the_reset_mark_sees_nothing(harness, monkeypatch):
+    # A kernel that accepts the reset but reports the high-water mark as the current size (as a
+    # CI machine did) must give None, not a peak of 0 MB.
+    status = harness._status_kib
+    monkeypatch.setattr(
+        harness, "_status_kib", lambda field: status("VmRSS" if field == "VmHWM" else field)
+    )
+    harness.resident_peak_measurable.cache_clear()
+    try:
+        assert harness.resident_peak_measurable() is False
+        assert harness.resident_peak_mb(lambda: None) is None
+    finally:
+        harness.resident_peak_measurable.cache_clear()
