@@ -19,8 +19,8 @@ passes with a warm-up of its own.
 
 from __future__ import annotations
 
+import ctypes
 import datetime
-import functools
 import gc
 import importlib
 import os
@@ -185,42 +185,37 @@ def resident_high_water_kib() -> int:
 def resident_peak_mb(fn: Callable[[], object]) -> float | None:
     """Peak resident memory (MB) of one call of `fn` above the resident size just before it.
 
-    The high-water mark is first reset to the current resident size (Linux >= 4.0: ``5`` written
-    to ``/proc/self/clear_refs``), so the peak is this call's even after larger ones. Memory
-    the process already holds (freed earlier but kept by the allocator) and the call reuses
-    is not counted, so this is what the call adds to the process: a lower bound on what it
-    needs, exact for arrays large enough to be mapped fresh (glibc maps allocations of more
-    than 32 MB at most anew).
+    Free memory the allocator keeps is first handed back to the system (glibc's
+    ``malloc_trim``), so that the call cannot reuse pages that are already resident: glibc
+    serves even a 64 MB request from its heap when that much lies free there (a process that
+    had freed many blocks under 32 MB reported a rise of 0 MB for a 64 MB block without the
+    trim). Then the high-water mark is reset to the current resident size (Linux >= 4.0: ``5``
+    written to ``/proc/self/clear_refs``), so the peak is this call's even after larger ones.
+    The result is what the call adds to the process, every allocator's memory included.
 
-    None where that cannot be measured: not Linux, or a kernel whose reset mark does not see
-    a known block touched and freed inside a call (`resident_peak_measurable`; seen on a CI
-    machine that accepted the reset and then reported no rise at all).
+    Each call first measures a 64 MiB probe block touched and freed inside a call, and gives
+    None unless at least 90% of it shows: where this is not Linux, the reset is refused, or
+    memory the measurement cannot release (another allocator's cache) hides it.
     """
-    return _reset_peak_mb(fn) if resident_peak_measurable() else None
+    probe = _reset_peak_mb(_touch_probe_block)
+    if probe is None or probe < 0.9 * _PROBE_BYTES / 1e6:
+        return None
+    return _reset_peak_mb(fn)
 
 
 _PROBE_BYTES = 64 * 2**20
 
 
 def _touch_probe_block() -> None:
-    """Allocate 64 MiB, write one byte per 4 KiB page, free it (calloc maps it fresh)."""
+    """Allocate 64 MiB, write one byte per 4 KiB page, free it."""
     block = bytearray(_PROBE_BYTES)
     block[::4096] = b"\x01" * (_PROBE_BYTES // 4096)
-
-
-@functools.cache
-def resident_peak_measurable() -> bool:
-    """Whether `resident_peak_mb` works here: the reset mark sees the 64 MiB probe block.
-
-    Checked once per process; a rise of at least 90% of the block counts as seeing it.
-    """
-    seen = _reset_peak_mb(_touch_probe_block)
-    return seen is not None and seen >= 0.9 * _PROBE_BYTES / 1e6
 
 
 def _reset_peak_mb(fn: Callable[[], object]) -> float | None:
     """The measurement behind `resident_peak_mb`, unchecked; None where /proc lacks it."""
     gc.collect()
+    _release_free_memory()
     try:
         with open("/proc/self/clear_refs", "w") as clear:
             clear.write("5")
@@ -231,6 +226,16 @@ def _reset_peak_mb(fn: Callable[[], object]) -> float | None:
         return None
     fn()
     return (resident_high_water_kib() - before) * 1024 / 1e6
+
+
+def _release_free_memory() -> None:
+    """glibc's ``malloc_trim(0)``: free heap pages go back to the system (nothing elsewhere)."""
+    try:
+        libc = ctypes.CDLL(None)
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return
+    trim(0)
 
 
 def best_of(fn: Callable[[], object], repeats: int) -> float:

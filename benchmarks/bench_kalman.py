@@ -513,8 +513,8 @@ def check_outputs(contestants: list[Contestant], workloads: list[Workload]) -> b
 def print_memory(contestants: list[Contestant], workloads: list[Workload]) -> None:
     print(
         "\nPeak memory of one call, untimed: traced (tracemalloc: numpy's buffers, not torch's)"
-        " and resident (what the call adds to the process's resident memory, every allocator;"
-        " memory it reuses from earlier calls is not counted):"
+        " and resident (what the call adds to the process's resident memory, every allocator,"
+        " free memory handed back to the system first; n/a where that cannot be measured):"
     )
     for w in workloads:
         group = [c for c in contestants if c.workload is w]
