@@ -77,7 +77,9 @@ import argparse
 import gc
 import hashlib
 import importlib.util
+import json
 import os
+import subprocess
 import sys
 import time
 import tracemalloc
@@ -131,6 +133,7 @@ class Workload:
     z: np.ndarray
     observed: np.ndarray | None
     note: str = ""
+    recipe: tuple = ()  # make_workload's (d, sequences, steps, missing, seed): rebuilt in a child
 
     @property
     def dim(self) -> int:
@@ -187,7 +190,8 @@ def make_workload(d: int, sequences: int, steps: int, missing: float, seed: int)
         observed = rng.random((sequences, steps)) >= missing
         label = f"d={d}, {missing:.0%} missing"
     t = STEP * np.arange(steps)
-    return Workload(label, sde, measurement, F, Qd, m0, P0, t, z, observed)
+    recipe = (d, sequences, steps, missing, seed)
+    return Workload(label, sde, measurement, F, Qd, m0, P0, t, z, observed, recipe=recipe)
 
 
 # --- contestants ------------------------------------------------------------------------------
@@ -513,8 +517,8 @@ def check_outputs(contestants: list[Contestant], workloads: list[Workload]) -> b
 def print_memory(contestants: list[Contestant], workloads: list[Workload]) -> None:
     print(
         "\nPeak memory of one call, untimed: traced (tracemalloc: numpy's buffers, not torch's)"
-        " and resident (what the call adds to the process's resident memory, every allocator,"
-        " free memory handed back to the system first; n/a where that cannot be measured):"
+        " and resident (what the call adds to the resident memory of a fresh process that made"
+        " one small call first: every allocator, no history; n/a where it cannot be measured):"
     )
     for w in workloads:
         group = [c for c in contestants if c.workload is w]
@@ -522,12 +526,34 @@ def print_memory(contestants: list[Contestant], workloads: list[Workload]) -> No
             if c.run is None:
                 continue
             c.peak_mb = traced_peak_mb(c.run)
-            resident = resident_peak_mb(c.run)
+            resident = resident_in_fresh_process(c.name, w)
             rss = "n/a" if resident is None else f"{resident:.1f} MB"
             print(
                 f"  {w.label:<22} {c.name:<24} {c.peak_mb:10.1f} MB traced, {rss:>10} resident"
                 f"  ({c.sequences} sequences)"
             )
+
+
+def resident_in_fresh_process(name: str, w: Workload) -> float | None:
+    """`_harness.resident_peak_mb` of contestant `name`'s call on `w`, in a child process.
+
+    Measured in this process, the number depended on what ran before: at d = 2 ours read
+    72.6-79.0 MB after the timed rounds against 58.4 MB in a fresh process (traced: 57.5 MB).
+    The child rebuilds the workload from its recipe (`make_workload` is deterministic)."""
+    child = [sys.executable, __file__, "--probe-resident", name, *map(str, w.recipe)]
+    run = subprocess.run(child, capture_output=True, text=True, check=False)
+    if run.returncode != 0:
+        return None
+    return json.loads(run.stdout.strip().splitlines()[-1])["resident_mb"]
+
+
+def probe_resident(name: str, d: str, sequences: str, steps: str, missing: str, seed: str):
+    """Child of `resident_in_fresh_process`: one small call, then the resident peak of one."""
+    w = make_workload(int(d), int(sequences), int(steps), float(missing), int(seed))
+    args = parse_args(["--one-thread-row", "--sequences", sequences, "--steps", steps])
+    (c,) = [c for c in build_contestants(args, [w]) if c.name == name and c.run is not None]
+    c.warm()
+    print(json.dumps({"resident_mb": resident_peak_mb(c.run)}))
 
 
 def run_scan_benchmark(args) -> None:
@@ -632,6 +658,13 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--probe-resident"]:  # the child of `resident_in_fresh_process`
+        if len(argv) != 7:
+            print("--probe-resident takes NAME D SEQUENCES STEPS MISSING SEED", file=sys.stderr)
+            return 2
+        probe_resident(*argv[1:])
+        return 0
     args = parse_args(argv)
     started = time.perf_counter()
     print("Kalman filter throughput: ours vs peers (benchmarks/bench_kalman.py)")
@@ -643,8 +676,7 @@ def main(argv=None) -> int:
         f"d in {args.dims}, C = I, prior N(0, {PRIOR_VAR:g} I); missing variant p = "
         f"{args.missing:g}; best of {args.repeats}, interleaved"
     )
-    shown = argv if argv is not None else sys.argv[1:]
-    command = " ".join([os.path.basename(sys.executable), "benchmarks/bench_kalman.py", *shown])
+    command = " ".join([os.path.basename(sys.executable), "benchmarks/bench_kalman.py", *argv])
     print(f"command   : {command}\n")
 
     workloads = []
