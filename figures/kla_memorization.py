@@ -1,12 +1,13 @@
 """Seed 001 Fig. 13: a trained KLA layer's attention maps on the Memorization task (T = 32).
 
-The task (MAD's Memorization, seed 001 F.1, Table 8; reduced): a fixed key -> value dictionary
-shared by every sequence; a sequence is ``T / 2`` pairs ``(key, [insert])`` with the keys drawn
-at random, and the target at each ``[insert]`` is the value of the key before it (the values
-never appear in the input, so the dictionary must be stored in the weights). The paper uses 128
-keys, 128 values, 256 training sequences of T = 32 and d_model 128; here the dictionary has
-``n_keys`` entries (default 32) and the width is ``width`` so that training takes seconds on one
-CPU thread.
+The task (MAD's Memorization, seed 001 F.1, Table 8; `verify.datasets.memorization`, reduced): a
+fixed key -> value dictionary shared by every sequence; a sequence is ``T / 2`` pairs
+``(key, [insert])`` with the keys drawn at random, and the target at each ``[insert]`` is the
+value of the key before it (the values never appear in the input, so the dictionary must be
+stored in the weights). ``python -m verify train --task memorization`` trains any layer on it.
+The paper uses 128 keys, 128 values, 256 training sequences of T = 32 and d_model 128; here the
+dictionary has ``n_keys`` entries (default 32) and the width is ``width`` so that training takes
+seconds on one CPU thread.
 
 The model is `verify.tasks.TaskModel` (embedding, ``h + layer(h)``, linear read-out) around one
 `kernels.layers.kla.KalmanLinearAttention`; its loss and metric are `verify.tasks.batch_loss`
@@ -71,32 +72,15 @@ class Config:
         return cls()
 
 
-def memorization_split(
-    dictionary: np.ndarray, n: int, length: int, rng: np.random.Generator
-) -> tasks.TaskSplit:
-    """``n`` sequences of ``length // 2`` (key, [insert]) pairs over ``dictionary`` (keys ->
-    value indices). Tokens: keys ``0..K-1``, values ``K..2K-1``, ``[insert] = 2K``; targets
-    `verify.tasks.IGNORE_INDEX` except at ``[insert]``: the value token of the key before it."""
-    K = dictionary.size
-    keys = rng.integers(0, K, size=(n, length // 2))
-    inputs = np.full((n, length), 2 * K, dtype=np.int64)
-    inputs[:, 0::2] = keys
-    targets = np.full((n, length), tasks.IGNORE_INDEX, dtype=np.int64)
-    targets[:, 1::2] = K + dictionary[keys]
-    return tasks.TaskSplit(torch.from_numpy(inputs), None, torch.from_numpy(targets), None)
-
-
 def memorization_data(cfg: Config) -> tasks.TaskData:
-    """The task as `verify.tasks.TaskData` (vocabulary ``2 K + 1``, classes the same)."""
-    if cfg.length < 2 or cfg.length % 2:
-        raise ValueError(f"length must be an even integer >= 2; found {cfg.length!r}")
-    rng = np.random.default_rng([cfg.seed, 1])
-    dictionary = rng.permutation(cfg.n_keys)
-    train = memorization_split(dictionary, cfg.n_train, cfg.length, rng)
-    test = memorization_split(dictionary, cfg.n_test, cfg.length, rng)
-    vocab = 2 * cfg.n_keys + 1
-    meta = {"task": "memorization", "n_keys": cfg.n_keys, "length": cfg.length}
-    return tasks.TaskData("memorization", "ce", train, (test,), vocab, 0, vocab, cfg.length, [meta])
+    """The task as `verify.tasks.TaskData`: `verify.datasets.memorization` with ``n_train``
+    training and ``n_test`` held-out sequences of ``length`` tokens over one ``n_keys``-entry
+    dictionary (its seed and the sequences' from ``seed``; vocabulary and classes ``2 K + 1``).
+    """
+    options = {"n_keys": cfg.n_keys, "seq_len": cfg.length, "dictionary_seed": cfg.seed}
+    return tasks.task_data(
+        "memorization", n_train=cfg.n_train, n_holdout=cfg.n_test, seed=cfg.seed, options=options
+    )
 
 
 def build_model(cfg: Config, data: tasks.TaskData) -> tasks.TaskModel:

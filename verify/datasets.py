@@ -12,6 +12,8 @@ name                      task (source)
                           elements, trained short and tested long (seed 001 Section 5.4;
                           digest 4.4, 2.8)
 ``mqar``                  multi-query associative recall (seed 001 Section 5.3; digest 4.2-4.3)
+``memorization``          a fixed key -> value dictionary recalled at ``[insert]`` tokens, the
+                          values never in the input (seed 001 App. F.1; digest 4.2)
 ``irregular-rotation``    noisy rotations on irregular Poisson times, 41 frequency classes
                           (seed 002 App. E.2; digest Alg. F, 4.6)
 ``irregular-forecast``    sums of 1-3 cosines on Gamma-gap times, forecast y(7)
@@ -51,6 +53,7 @@ __all__ = [
     "IrregularRotation",
     "LogisticMap",
     "MQAR",
+    "Memorization",
     "TokenSplit",
     "a5_composition",
     "a5_elements",
@@ -59,6 +62,7 @@ __all__ = [
     "irregular_forecast",
     "irregular_rotation",
     "logistic_map",
+    "memorization",
     "mqar",
 ]
 
@@ -422,6 +426,106 @@ def mqar(
         "seed": seed_int,
     }
     return MQAR(inputs, labels, keys.astype(np.int64), values, query_positions, meta)
+
+
+# ----------------------------------------------------------------------------------------------
+# Seed 001 App. F.1: Memorization (MAD)
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class Memorization:
+    """Memorization data; see `memorization`.
+
+    Attributes
+    ----------
+    inputs : numpy.ndarray
+        ``(N, T)`` int64 tokens: keys at even positions, ``[insert]`` at odd ones.
+    labels : numpy.ndarray
+        ``(N, T)`` int64: at each ``[insert]`` the value token of the key before it,
+        `IGNORE_INDEX` at the keys.
+    dictionary : numpy.ndarray
+        ``(K,)`` int64: key ``i`` maps to the value token ``K + dictionary[i]``.
+    meta : dict
+    """
+
+    inputs: np.ndarray
+    labels: np.ndarray
+    dictionary: np.ndarray
+    meta: dict = field(default_factory=dict)
+
+
+def memorization(
+    n_sequences: int,
+    *,
+    n_keys: int = 128,
+    seq_len: int = 32,
+    dictionary_seed: int = 0,
+    seed: SeedLike,
+) -> Memorization:
+    """The MAD Memorization task of seed 001 (App. F.1, Table 8; digest 4.2).
+
+    One key -> value dictionary is shared by every sequence; a sequence is ``T / 2`` pairs
+    ``(key, [insert])`` with keys drawn uniformly, and the target at each ``[insert]`` is the
+    value of the key before it. The values never appear in the input, so a model can only
+    answer from what its weights stored. Tokens: keys ``0 .. K-1``, values ``K .. 2K-1``,
+    ``[insert] = 2K`` (vocabulary ``2K + 1``).
+
+    The dictionary comes from ``dictionary_seed`` and the sequences from ``seed``, so that
+    training and held-out sequences drawn with different seeds ask the same dictionary.
+
+    Choices (the paper gives 128 keys, 128 values, T = 32, 256 training sequences): the
+    dictionary is a random permutation (each value belongs to one key), keys are drawn with
+    replacement, and the ``[insert]`` token follows every key.
+
+    Parameters
+    ----------
+    n_sequences : int
+    n_keys : int
+        ``K``, the dictionary's size.
+    seq_len : int
+        ``T``, even and >= 2.
+    dictionary_seed : int
+        The dictionary's seed (non-negative).
+    seed : int or numpy.random.Generator
+        The sequences' seed.
+
+    Returns
+    -------
+    Memorization
+        ``inputs``/``labels`` ``(N, T)``, ``dictionary`` ``(K,)``; int64.
+    """
+    n = _int("n_sequences", n_sequences, minimum=1)
+    n_keys = _int("n_keys", n_keys, minimum=1)
+    seq_len = _int("seq_len", seq_len, minimum=2)
+    if seq_len % 2:
+        raise ValueError(f"seq_len must be even (pairs of key and [insert]), got {seq_len}")
+    dictionary_seed = _int("dictionary_seed", dictionary_seed, minimum=0)
+    _fits(f"n_sequences x seq_len = {n} x {seq_len}", n * seq_len, arrays=2)
+    rng, seed_int = _rng(seed)
+    dictionary = np.random.default_rng([dictionary_seed, 1]).permutation(n_keys)
+    keys = rng.integers(0, n_keys, size=(n, seq_len // 2))
+    insert = 2 * n_keys
+    inputs = np.full((n, seq_len), insert, dtype=np.int64)
+    inputs[:, 0::2] = keys
+    labels = np.full((n, seq_len), IGNORE_INDEX, dtype=np.int64)
+    labels[:, 1::2] = n_keys + dictionary[keys]
+    meta = {
+        "task": "memorization",
+        "source": "seed 001 App. F.1, Table 8 (digest 4.2); MAD Memorization",
+        "n_sequences": n,
+        "n_keys": n_keys,
+        "seq_len": seq_len,
+        "vocab_size": 2 * n_keys + 1,
+        "key_tokens": [0, n_keys - 1],
+        "value_tokens": [n_keys, 2 * n_keys - 1],
+        "insert_token": insert,
+        "ignore_index": IGNORE_INDEX,
+        "dictionary": "a random permutation of the values, from dictionary_seed",
+        "dictionary_seed": dictionary_seed,
+        "seed": seed_int,
+    }
+    return Memorization(inputs, labels, dictionary.astype(np.int64), meta)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -907,6 +1011,7 @@ def logistic_map(
 DATASETS: dict[str, Callable[..., Any]] = {
     "a5": a5_composition,
     "mqar": mqar,
+    "memorization": memorization,
     "irregular-rotation": irregular_rotation,
     "irregular-forecast": irregular_forecast,
     "logistic-map": logistic_map,

@@ -9,6 +9,7 @@ task                        inputs          target (read where)                 
 ==========================  ==============  ===========================================  ======
 ``a5``                      60 tokens       the running product, every position         ce
 ``mqar``                    V tokens        the value at each query key (other: none)    ce
+``memorization``            2K + 1 tokens   the value of the key before each [insert]    ce
 ``irregular-rotation``      (x, y) at t     the frequency class, at the last time        ce
 ``irregular-forecast``      (y, 0) at t     y(t_future), at a query token (0, 1) there   mse
 ``logistic-map``            x_n             the next value, after the window             mse
@@ -20,7 +21,8 @@ read-out to the classes (``ce``: cross-entropy of the logits) or to one value (`
 stamps reach the layer where the task has them (irregular sampling); token tasks use the
 positions. The held-out metric is the accuracy (``ce``) or the mean squared error (``mse``) on
 sequences drawn from a different seed: for ``a5`` the longer test lengths (train short, test
-long), for ``logistic-map`` one step ahead of the test windows.
+long), for ``memorization`` new sequences over the same dictionary (``dictionary_seed``), for
+``logistic-map`` one step ahead of the test windows.
 
 The harness sets each generator's sizes and seed from the configuration (``n_paths`` training
 sequences or windows, ``holdout_paths`` held-out ones, seeds derived from ``seed``);
@@ -56,6 +58,7 @@ class TaskSpec(NamedTuple):
 TASKS: dict[str, TaskSpec] = {
     "a5": TaskSpec("ce", ("seed", "n_train", "n_test")),
     "mqar": TaskSpec("ce", ("seed", "n_sequences")),
+    "memorization": TaskSpec("ce", ("seed", "n_sequences")),
     "irregular-rotation": TaskSpec("ce", ("seed", "n_sequences")),
     "irregular-forecast": TaskSpec("mse", ("seed", "n_sequences")),
     "logistic-map": TaskSpec("mse", ("seed", "n_train", "n_test")),
@@ -63,12 +66,13 @@ TASKS: dict[str, TaskSpec] = {
 METRICS = {"ce": "accuracy", "mse": "mse"}
 
 
-def check_task(task: str, loss: str, options) -> None:
-    """ValueError/TypeError naming what is wrong with a task, its loss or its options."""
+def check_task(task: str, loss: str | None, options) -> None:
+    """ValueError/TypeError naming what is wrong with a task, its loss (None: the task's own)
+    or its options."""
     if task not in TASKS:
         raise ValueError(f"task must be one of {', '.join(TASKS)}; found {task!r}")
     expected = TASKS[task].loss
-    if loss != expected:
+    if loss is not None and loss != expected:
         raise ValueError(
             f"task {task!r} trains with loss {expected!r} "
             f"({'classification' if expected == 'ce' else 'regression'}); found {loss!r}"
@@ -152,36 +156,53 @@ def make_task_data(config) -> TaskData:
     """Generate the task of `config` (``task``, ``task_options``, ``n_paths``,
     ``holdout_paths``, ``seed``, ``dtype``, ``device``); deterministic in ``config.seed``."""
     check_task(config.task, config.loss, config.task_options)
-    splits, metas, vocab, outputs = _generate(config.task, dict(config.task_options), config)
-    dtype = {"float32": torch.float32, "float64": torch.float64}[config.dtype]
-    splits = [_to(s, dtype, torch.device(config.device)) for s in splits]
-    features = 0 if vocab is not None else int(splits[0].inputs.shape[-1])
-    max_len = max(int(s.inputs.shape[1]) for s in splits)
-    return TaskData(
+    return task_data(
         config.task,
-        TASKS[config.task].loss,
-        splits[0],
-        tuple(splits[1:]),
-        vocab,
-        features,
-        outputs,
-        max_len,
-        metas,
+        n_train=config.n_paths,
+        n_holdout=config.holdout_paths,
+        seed=config.seed,
+        options=config.task_options,
+        dtype=config.dtype,
+        device=config.device,
     )
 
 
-def _generate(task: str, options: dict, config):
+def task_data(
+    task: str,
+    *,
+    n_train: int,
+    n_holdout: int,
+    seed: int,
+    options: dict | None = None,
+    dtype: str = "float32",
+    device: str = "cpu",
+) -> TaskData:
+    """The task `task` of `TASKS` with ``n_train`` training and ``n_holdout`` held-out
+    sequences (windows for ``logistic-map``), generated from seeds derived from ``seed``
+    (`task_seeds`); ``options`` go to its generator (`check_task` says which it takes)."""
+    options = {} if options is None else dict(options)
+    check_task(task, None, options)
+    splits, metas, vocab, outputs = _generate(task, options, n_train, n_holdout, seed)
+    torch_dtype = {"float32": torch.float32, "float64": torch.float64}[dtype]
+    splits = [_to(s, torch_dtype, torch.device(device)) for s in splits]
+    features = 0 if vocab is not None else int(splits[0].inputs.shape[-1])
+    max_len = max(int(s.inputs.shape[1]) for s in splits)
+    loss, holdouts = TASKS[task].loss, tuple(splits[1:])
+    return TaskData(task, loss, splits[0], holdouts, vocab, features, outputs, max_len, metas)
+
+
+def _generate(task: str, options: dict, n_train: int, n_holdout: int, seed: int):
     """``(splits, metas, vocab, outputs)``: the training split first, then the held-out ones."""
-    seed_train, seed_hold = task_seeds(config.seed)
-    sizes = ((config.n_paths, seed_train), (config.holdout_paths, seed_hold))
+    seed_train, seed_hold = task_seeds(seed)
+    sizes = ((n_train, seed_train), (n_holdout, seed_hold))
     if task == "a5":
         data = datasets.a5_composition(
-            n_train=config.n_paths, n_test=config.holdout_paths, seed=seed_train, **options
+            n_train=n_train, n_test=n_holdout, seed=seed_train, **options
         )
         splits = [_tokens(s.tokens, s.targets) for s in (data.train, *data.tests)]
         return splits, [data.meta], datasets.A5_ORDER, datasets.A5_ORDER
     if task == "logistic-map":
-        data = _logistic_map(config.n_paths, config.holdout_paths, seed_train, options)
+        data = _logistic_map(n_train, n_holdout, seed_train, options)
         splits = [
             _windows(data.train_inputs, data.train_targets),
             _windows(data.test_context, data.test_future[:, 0]),
@@ -189,7 +210,7 @@ def _generate(task: str, options: dict, config):
         return splits, [data.meta], None, 1
     made = [datasets.DATASETS[task](n, seed=seed, **options) for n, seed in sizes]
     metas = [m.meta for m in made]
-    if task == "mqar":
+    if task in ("mqar", "memorization"):
         vocab = made[0].meta["vocab_size"]
         return [_tokens(m.inputs, m.labels) for m in made], metas, vocab, vocab
     if task == "irregular-rotation":

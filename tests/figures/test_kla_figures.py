@@ -113,7 +113,7 @@ def test_memorization_task_recipe():
     vals = torch.cat([y[:, 1::2], data.holdouts[0].targets[:, 1::2]]).ravel()
     for key in keys.unique():
         assert vals[keys == key].unique().numel() == 1
-    with pytest.raises(ValueError, match="length"):
+    with pytest.raises(ValueError, match="seq_len must be even"):
         kla_memorization.memorization_data(kla_memorization.Config(length=7))
 
 

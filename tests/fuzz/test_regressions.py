@@ -300,6 +300,7 @@ def test_kla_layer_long_gaps_forget_instead_of_failing():
     [
         ("a5", {"n_train": 10**9, "train_length": 16}, "n_train"),
         ("mqar", {"n_sequences": 10**9, "seq_len": 128}, "n_sequences"),
+        ("memorization", {"n_sequences": 10**9, "seq_len": 128}, "n_sequences"),
         ("irregular-rotation", {"n_sequences": 10**9, "n_steps": 64}, "n_sequences"),
         ("irregular-forecast", {"n_sequences": 10**9}, "n_sequences"),
         ("logistic-map", {"n_steps": 10**12}, "n_steps"),

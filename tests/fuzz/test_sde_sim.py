@@ -592,6 +592,7 @@ def test_datasets(fuzz):
     small = {
         "a5": {"n_train": 4, "n_test": 2, "train_length": 4, "test_lengths": (6,)},
         "mqar": {"n_sequences": 3, "vocab_size": 16, "n_pairs": 2, "seq_len": 12},
+        "memorization": {"n_sequences": 3, "n_keys": 4, "seq_len": 6},
         "irregular-rotation": {"n_sequences": 3, "n_steps": 8},
         "irregular-forecast": {"n_sequences": 3},
         "logistic-map": {"n_steps": 60, "n_train": 20, "window": 4, "horizon": 5, "n_test": 2},

@@ -14,6 +14,7 @@ from verify import datasets as ds
 SMALL = {
     "a5": {"n_train": 16, "n_test": 8, "train_length": 6, "test_lengths": (9, 12)},
     "mqar": {"n_sequences": 16, "vocab_size": 64, "n_pairs": 6, "seq_len": 40, "n_queries": 4},
+    "memorization": {"n_sequences": 16, "n_keys": 8, "seq_len": 12},
     "irregular-rotation": {"n_sequences": 16},
     "irregular-forecast": {"n_sequences": 16},
     "logistic-map": {"n_steps": 300, "n_train": 200, "window": 8, "horizon": 20, "n_test": 4},
@@ -42,7 +43,7 @@ def _same(a, b):
 # ---------------------------------------------------------------------------------------------
 
 
-def test_registry_lists_the_five_tasks():
+def test_registry_lists_the_six_tasks():
     assert sorted(ds.DATASETS) == sorted(SMALL)
 
 
@@ -203,6 +204,44 @@ def test_mqar_tight_sequence_uses_every_slot():
 def test_mqar_errors(kwargs, match):
     with pytest.raises(ValueError, match=match):
         ds.mqar(4, seed=0, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Memorization
+# ---------------------------------------------------------------------------------------------
+
+
+def test_memorization_asks_one_dictionary_whose_values_never_appear():
+    K = 10
+    a = ds.memorization(64, n_keys=K, seq_len=20, dictionary_seed=4, seed=1)
+    b = ds.memorization(64, n_keys=K, seq_len=20, dictionary_seed=4, seed=2)
+    assert np.array_equal(a.dictionary, b.dictionary)  # other sequences, the same dictionary
+    assert not np.array_equal(a.inputs, b.inputs)
+    assert sorted(a.dictionary.tolist()) == list(range(K))  # a permutation
+    for data in (a, b):
+        keys, inserts = data.inputs[:, 0::2], data.inputs[:, 1::2]
+        assert np.all((keys >= 0) & (keys < K)) and np.all(inserts == 2 * K)
+        assert np.all(data.labels[:, 0::2] == ds.IGNORE_INDEX)
+        assert np.array_equal(data.labels[:, 1::2], K + a.dictionary[keys])
+        assert not np.any((data.inputs >= K) & (data.inputs < 2 * K))  # no value is an input
+    other = ds.memorization(64, n_keys=K, seq_len=20, dictionary_seed=5, seed=1)
+    assert np.array_equal(other.inputs, a.inputs)  # the sequences follow `seed` alone
+    assert not np.array_equal(other.dictionary, a.dictionary)
+    assert a.meta["vocab_size"] == 2 * K + 1 and a.meta["dictionary_seed"] == 4
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"seq_len": 7}, "seq_len must be even"),
+        ({"seq_len": 0}, "seq_len must be >= 2"),
+        ({"n_keys": 0}, "n_keys must be >= 1"),
+        ({"dictionary_seed": -1}, "dictionary_seed must be >= 0"),
+    ],
+)
+def test_memorization_errors(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        ds.memorization(4, seed=0, **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from verify.training import TrainConfig, build_model, make_data, read_metrics, t
 TINY_OPTIONS = {
     "a5": ["train_length=4", "test_lengths=[6]"],
     "mqar": ["vocab_size=32", "n_pairs=4", "seq_len=20"],
+    "memorization": ["n_keys=6", "seq_len=10"],
     "irregular-rotation": ["n_classes=4", "n_steps=8"],
     "irregular-forecast": ["gap_scale=0.5"],
     "logistic-map": ["window=6", "horizon=4"],
