@@ -28,48 +28,44 @@ import torch
 from kernels.layers.heads import merge_heads, split_heads
 from kernels.layers.osciformer import OscillatorAttention
 from kernels.ops.oscillator import propagator
-from kernels.ops.oscillator.closed_form import _anchor_state, _box, _damped_kernel
+from kernels.ops.oscillator.closed_form import (
+    _anchor_state,
+    _homogeneous_logits,
+    _steady_logits,
+)
 from kernels.ops.oscillator.query import fit_query, query_at
 
 
 def _lags(t: torch.Tensor) -> torch.Tensor:
-    """``Delta_j = t_T - t_j`` as ``(B, 1, T, 1)`` (non-negative: stamps increase)."""
-    return (t[:, -1:] - t)[:, None, :, None]
+    """``Delta_j = t_T - t_j`` as ``(B, 1, 1, T)``: one row (non-negative: stamps increase)."""
+    return (t[:, -1:] - t)[:, None, None, :]
 
 
 def last_row_logits(layer: OscillatorAttention, q, k, t) -> torch.Tensor:
-    """``alpha_Tj`` ``(B, H, T)`` of the projected, head-split ``q, k (B, H, T, D)``."""
+    """``alpha_Tj`` ``(B, H, T)`` of the projected, head-split ``q, k (B, H, T, D)``, by the
+    closed form's own sums (`_homogeneous_logits`, `_steady_logits`) on one query row."""
     p = layer.oscillator_params("key")
     freqs = layer.freqs
     coef_cos, coef_sin = fit_query(q, t, freqs, ridge=layer.ridge, causal=False)
-    a_cos, a_sin = coef_cos[:, :, -1], coef_sin[:, :, -1]  # (B, H, J, D): one fit per sequence
+    a_cos, a_sin = coef_cos[:, :, -1:], coef_sin[:, :, -1:]  # (B, H, 1, J, D): the last row
     amp = torch.complex(a_cos, -a_sin)
-    lag = _lags(t)  # (B, 1, T, 1)
+    lag = _lags(t)  # (B, 1, 1, T)
     beta, z0, z1 = _anchor_state(k, p)  # (B, H, T, M, D), (B, H, T, D) x 2
-    om, ga = p.omega[:, None, :], p.gamma[:, None, :]  # (H, 1, D)
-    total = torch.zeros(k.shape[:3], dtype=amp.dtype, device=k.device)
-    lag_n = lag.unsqueeze(-2)  # (B, 1, T, 1, 1): broadcasts over the drive modes n
-    wn = p.drive_freqs[:, None]  # (M, 1)
-    E = propagator(om, ga, lag)  # (B, H, T, D, 2, 2), shared by the bank
-    for m in range(freqs.shape[0]):
-        w0, w1 = _damped_kernel(om, ga, lag, freqs[m], E)  # (B, H, T, D)
-        plus, minus = _box(freqs[m] + wn, lag_n), _box(freqs[m] - wn, lag_n)  # (B, 1, T, M, 1)
-        steady = 0.5 * (beta * plus + beta.conj() * minus).sum(-2)  # (B, H, T, D)
-        inner = w0 * z0 + w1 * z1 + steady
-        rot = torch.polar(torch.ones_like(t), freqs[m] * t)[:, None, :]  # e^{i omega_m t_j}
-        total = total + (amp[:, :, m, None, :] * inner).sum(-1) * rot
-    lag3 = lag[..., 0]  # (B, 1, T)
+    times = t[:, None, :]  # (B, 1, T)
+    total = _homogeneous_logits(amp, z0, z1, p, freqs, times[..., -1:], lag)
+    total = (total + _steady_logits(amp, beta, p, freqs, times, lag))[:, :, 0]  # (B, H, T)
+    lag3 = lag[:, :, 0]  # (B, 1, T)
     diag = lag3 == 0
-    q_now = query_at(a_cos, a_sin, freqs, t[:, -1:, None].expand(-1, q.shape[1], 1)[..., 0])
+    q_now = query_at(a_cos[:, :, 0], a_sin[:, :, 0], freqs, t[:, -1:].expand(-1, q.shape[1]))
     on_diag = (q_now[:, :, None, :] * k).sum(-1)  # <q_T(T), K_j>, used only where Delta = 0
     safe = torch.where(diag, torch.ones_like(lag3), lag3)
-    return torch.where(diag, on_diag, total.real / safe)
+    return torch.where(diag, on_diag, total / safe)
 
 
 def last_row_values(layer: OscillatorAttention, v, t) -> torch.Tensor:
     """Endpoint value read-outs ``v_j(T)`` ``(B, H, T, D)`` (seed 002 App. E.2)."""
     p = layer.oscillator_params("value")
-    lag = _lags(t)
+    lag = _lags(t)[:, :, 0, :, None]  # (B, 1, T, 1)
     beta, z0, z1 = _anchor_state(v, p)
     E = propagator(p.omega[:, None, :], p.gamma[:, None, :], lag)  # (B, H, T, D, 2, 2)
     out = E[..., 0, 0] * z0 + E[..., 0, 1] * z1

@@ -80,7 +80,7 @@ import torch
 
 from kernels._validation import check_qkv, check_times, overflow_warning
 from kernels.ops.oscillator.params import OscillatorParams, check_params
-from kernels.ops.oscillator.propagator import damped_cos_sinc, propagator
+from kernels.ops.oscillator.propagator import damped_cos_sinc
 from kernels.ops.oscillator.query import fit_query, query_at
 
 __all__ = ["oscillator_logits", "oscillator_values", "oscillator_attention"]
@@ -118,23 +118,6 @@ def _anchor_state(x, p: OscillatorParams):
     return beta, x - x_ss0, velocity - v_ss0
 
 
-def _damped_kernel(omega, gamma, lag, freq, E=None):
-    """``w = e_1^T (A + i freq)^{-1} (E(lag) e^{i freq lag} - I)`` as two complex tensors.
-
-    omega, gamma : ``(H, 1, 1, D)``; lag : ``(Bt, 1, T, T, 1)``; freq : float or 0-d tensor.
-    ``(A + i f)^{-1} = [[i f - 2 gamma, -1], [omega^2, i f]] / (omega^2 - f^2 - 2 i gamma f)``.
-    ``E``: ``propagator(omega, gamma, lag)`` when the caller has it already (it does not depend
-    on ``freq``, so a loop over the query bank computes it once).
-    """
-    E = propagator(omega, gamma, lag) if E is None else E
-    phase = torch.polar(torch.ones_like(lag), freq * lag)
-    det = torch.complex((omega - freq) * (omega + freq), -2.0 * gamma * freq)
-    lead = torch.complex(-2.0 * gamma, freq * torch.ones_like(gamma))
-    w0 = (lead * (E[..., 0, 0] * phase - 1.0) - E[..., 1, 0] * phase) / det
-    w1 = (lead * E[..., 0, 1] * phase - (E[..., 1, 1] * phase - 1.0)) / det
-    return w0, w1
-
-
 def _box_parts(half, lag):
     """``L = lag sinc(half) e^{i half}`` as ``(lag sinc(half), cos(half), sin(half))``.
 
@@ -146,17 +129,12 @@ def _box_parts(half, lag):
     return lag * torch.where(zero, 1.0, sin / torch.where(zero, 1.0, half)), cos, sin
 
 
-def _box(lam, lag):
-    """``L = int_0^lag e^{i lam s} ds = lag e^{i lam lag/2} sinc(lam lag/2)`` (`_box_parts`)."""
-    size, cos, sin = _box_parts(0.5 * lam * lag, lag)
-    return torch.complex(size * cos, size * sin)
-
-
-def _homogeneous_logits(amp, z0, z1, params: OscillatorParams, freqs, t, lag):
+def _homogeneous_logits(amp, z0, z1, params: OscillatorParams, freqs, t_rows, lag):
     """``Re sum_{m,c} a_imc e^{i omega_m t_j} w_mc(Delta_ij) . z_jc``: the ``z`` part of
     ``Delta alpha_ij`` (module docstring), ``(B, H, T, T)`` real.
 
-    With ``w`` written out (`_damped_kernel`: ``lead = -2 gamma + i omega_m``, ``det`` the
+    With ``w`` written out (``(A + i omega_m)^{-1} = [[lead, -1], [omega^2, i omega_m]] / det``,
+    ``lead = -2 gamma + i omega_m``, ``det = omega^2 - omega_m^2 - 2 i gamma omega_m`` the
     resonance denominator) and ``e^{i omega_m t_j} = e^{i omega_m t_i} e^{-i omega_m Delta}``,
     the pair's term is ``A_imc [lead (X - z_0) - (Y - z_1) + (1 - e^{-i omega_m Delta})
     (lead z_0 - z_1)]_ijc`` with ``A = a e^{i omega_m t_i} / det`` and ``[X, Y] = E(Delta) z_j``
@@ -172,14 +150,15 @@ def _homogeneous_logits(amp, z0, z1, params: OscillatorParams, freqs, t, lag):
     float32 logits lost 10x more (5.8e-3 relative against 6.3e-4 at T = 128).
     Entries ``j > i`` are meaningless (masked by the caller).
 
-    amp : ``(B, H, T, J, D)`` complex; z0, z1 : ``(B, H, T, D)``; freqs : ``(J,)``;
-    t : ``(Bt, 1, T)``; lag : ``(Bt, 1, T, T)`` masked lags.
+    amp : ``(B, H, Ti, J, D)`` complex, the query rows; z0, z1 : ``(B, H, Tj, D)``, the keys;
+    freqs : ``(J,)``; t_rows : ``(Bt, 1, Ti)`` the rows' times; lag : ``(Bt, 1, Ti, Tj)``
+    masked lags. Returns ``(B, H, Ti, Tj)``.
     """
     om, ga = params.omega[:, None, :], params.gamma[:, None, :]  # (H, 1, D)
     f = freqs[:, None]  # (J, 1)
     det = torch.complex((om - f) * (om + f), -2.0 * ga * f)  # (H, J, D)
     lead = torch.complex(-2.0 * ga.expand_as(det.real), f.expand_as(det.real))
-    turn = torch.polar(torch.ones_like(t).unsqueeze(-1), t.unsqueeze(-1) * freqs)
+    turn = torch.polar(torch.ones_like(t_rows).unsqueeze(-1), t_rows.unsqueeze(-1) * freqs)
     A = amp * (turn.unsqueeze(-1) / det.unsqueeze(1))  # (B, H, T, J, D), rows i
     P = (A * lead.unsqueeze(1)).sum(-2).real  # (B, H, T, D)
     Q = A.sum(-2).real
@@ -196,20 +175,20 @@ def _homogeneous_logits(amp, z0, z1, params: OscillatorParams, freqs, t, lag):
     return free + (shift * G.real - torch.sin(phi) * G.imag).sum(2)
 
 
-def _steady_logits(amp, beta, params: OscillatorParams, freqs, t, lag):
+def _steady_logits(amp, beta, params: OscillatorParams, freqs, t_cols, lag):
     """``Re 1/2 sum_{m,n,c} a_imc e^{i omega_m t_j} (beta_njc L(omega_m + w_n) +
     conj(beta_njc) L(omega_m - w_n))``: the steady-state part of ``Delta alpha_ij``
     (eqs. 58-61, 72), ``(B, H, T, T)`` real, with ``L`` of `_box_parts`, in real arithmetic.
 
-    amp : ``(B, H, T, J, D)``, beta : ``(B, H, T, M, D)`` complex; t : ``(Bt, 1, T)``;
-    lag : ``(Bt, 1, T, T)`` masked lags.
+    amp : ``(B, H, Ti, J, D)`` complex, the query rows; beta : ``(B, H, Tj, M, D)`` complex,
+    the keys; t_cols : ``(Bt, 1, Tj)`` the keys' anchor times; lag : ``(Bt, 1, Ti, Tj)`` masked
+    lags. Returns ``(B, H, Ti, Tj)``.
     """
     drive = params.drive_freqs.to(lag.dtype)[:, None, None]  # (M, 1, 1)
     lag_n = lag.unsqueeze(2)  # (Bt, 1, 1, T, T)
-    steps = lag.shape[-1]
-    total = lag.new_zeros((*amp.shape[:2], steps, steps))  # (B, H, T, T)
+    total = lag.new_zeros((*amp.shape[:2], *lag.shape[-2:]))  # (B, H, Ti, Tj)
     for m in range(freqs.shape[0]):
-        rot = 0.5 * torch.polar(torch.ones_like(t), freqs[m] * t)  # e^{i omega_m t_j} / 2
+        rot = 0.5 * torch.polar(torch.ones_like(t_cols), freqs[m] * t_cols)  # e^{i omega t_j}/2
         weighted = beta * rot.unsqueeze(-1).unsqueeze(-1)  # (B, H, T, M, D), columns j
         a_m = amp[..., m, :]
         pair = torch.einsum("bhic,bhjnc->bhnij", a_m, weighted)  # (B, H, M, T, T)
