@@ -27,11 +27,11 @@ import torch
 
 from kernels.layers.heads import merge_heads, split_heads
 from kernels.layers.osciformer import OscillatorAttention
-from kernels.ops.oscillator import propagator
 from kernels.ops.oscillator.closed_form import (
     _anchor_state,
     _homogeneous_logits,
     _steady_logits,
+    _value_paths,
 )
 from kernels.ops.oscillator.query import fit_query, query_at
 
@@ -63,16 +63,10 @@ def last_row_logits(layer: OscillatorAttention, q, k, t) -> torch.Tensor:
 
 
 def last_row_values(layer: OscillatorAttention, v, t) -> torch.Tensor:
-    """Endpoint value read-outs ``v_j(T)`` ``(B, H, T, D)`` (seed 002 App. E.2)."""
+    """Endpoint value read-outs ``v_j(T)`` ``(B, H, T, D)`` (seed 002 App. E.2), by the closed
+    form's own `_value_paths` on one row."""
     p = layer.oscillator_params("value")
-    lag = _lags(t)[:, :, 0, :, None]  # (B, 1, T, 1)
-    beta, z0, z1 = _anchor_state(v, p)
-    E = propagator(p.omega[:, None, :], p.gamma[:, None, :], lag)  # (B, H, T, D, 2, 2)
-    out = E[..., 0, 0] * z0 + E[..., 0, 1] * z1
-    phase = torch.polar(
-        torch.ones_like(lag).unsqueeze(-2), p.drive_freqs[:, None] * lag[..., None, :]
-    )
-    return out + (beta * phase).real.sum(-2)
+    return _value_paths(*_anchor_state(v, p), p, _lags(t), "endpoint")[:, :, 0]
 
 
 def last_row(layer: OscillatorAttention, x, t, *, need_weights: bool = False):

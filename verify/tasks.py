@@ -155,13 +155,13 @@ def task_seeds(seed: int) -> tuple[int, int]:
 def make_task_data(config) -> TaskData:
     """Generate the task of `config` (``task``, ``task_options``, ``n_paths``,
     ``holdout_paths``, ``seed``, ``dtype``, ``device``); deterministic in ``config.seed``."""
-    check_task(config.task, config.loss, config.task_options)
     return task_data(
         config.task,
         n_train=config.n_paths,
         n_holdout=config.holdout_paths,
         seed=config.seed,
         options=config.task_options,
+        loss=config.loss,
         dtype=config.dtype,
         device=config.device,
     )
@@ -174,14 +174,16 @@ def task_data(
     n_holdout: int,
     seed: int,
     options: dict | None = None,
+    loss: str | None = None,
     dtype: str = "float32",
     device: str = "cpu",
 ) -> TaskData:
     """The task `task` of `TASKS` with ``n_train`` training and ``n_holdout`` held-out
     sequences (windows for ``logistic-map``), generated from seeds derived from ``seed``
-    (`task_seeds`); ``options`` go to its generator (`check_task` says which it takes)."""
+    (`task_seeds`); ``options`` go to its generator and ``loss`` (None: the task's own) must
+    be the task's (`check_task` says what is wrong)."""
     options = {} if options is None else dict(options)
-    check_task(task, None, options)
+    check_task(task, loss, options)
     splits, metas, vocab, outputs = _generate(task, options, n_train, n_holdout, seed)
     torch_dtype = {"float32": torch.float32, "float64": torch.float64}[dtype]
     splits = [_to(s, torch_dtype, torch.device(device)) for s in splits]

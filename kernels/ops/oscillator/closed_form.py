@@ -131,7 +131,7 @@ def _box_parts(half, lag):
 
 def _homogeneous_logits(amp, z0, z1, params: OscillatorParams, freqs, t_rows, lag):
     """``Re sum_{m,c} a_imc e^{i omega_m t_j} w_mc(Delta_ij) . z_jc``: the ``z`` part of
-    ``Delta alpha_ij`` (module docstring), ``(B, H, T, T)`` real.
+    ``Delta alpha_ij`` (module docstring), real.
 
     With ``w`` written out (``(A + i omega_m)^{-1} = [[lead, -1], [omega^2, i omega_m]] / det``,
     ``lead = -2 gamma + i omega_m``, ``det = omega^2 - omega_m^2 - 2 i gamma omega_m`` the
@@ -178,7 +178,7 @@ def _homogeneous_logits(amp, z0, z1, params: OscillatorParams, freqs, t_rows, la
 def _steady_logits(amp, beta, params: OscillatorParams, freqs, t_cols, lag):
     """``Re 1/2 sum_{m,n,c} a_imc e^{i omega_m t_j} (beta_njc L(omega_m + w_n) +
     conj(beta_njc) L(omega_m - w_n))``: the steady-state part of ``Delta alpha_ij``
-    (eqs. 58-61, 72), ``(B, H, T, T)`` real, with ``L`` of `_box_parts`, in real arithmetic.
+    (eqs. 58-61, 72), real, with ``L`` of `_box_parts`, in real arithmetic.
 
     amp : ``(B, H, Ti, J, D)`` complex, the query rows; beta : ``(B, H, Tj, M, D)`` complex,
     the keys; t_cols : ``(Bt, 1, Tj)`` the keys' anchor times; lag : ``(Bt, 1, Ti, Tj)`` masked
@@ -198,6 +198,36 @@ def _steady_logits(amp, beta, params: OscillatorParams, freqs, t_cols, lag):
             size, cos, sin = _box_parts(half, lag_n)
             total = total + (size * (p.real * cos - p.imag * sin)).sum(2)
     return total
+
+
+def _value_paths(beta, z0, z1, params: OscillatorParams, lag, readout: str):
+    """Each value's driven oscillator read at the pairs' lags: ``v_j(t_j + Delta_ij)``
+    (``readout="endpoint"``) or ``int_0^Delta v_j(t_j + s) ds`` (``"average"``, not yet divided
+    by ``Delta``), ``(B, H, Ti, Tj, D)``.
+
+    Free motion ``e_1^T E(Delta) z_j``, or its integral ``e_1^T A^{-1} (E(Delta) - I) z_j`` (the
+    kernel ``w`` at frequency 0, real, with ``c - 1`` formed first: ``E - I`` is small at short
+    lags), plus the drive ``sum_n Re(beta_njc X_ijn)`` with ``X = e^{i w_n Delta}`` or
+    ``L(w_n)``: per column ``j`` a ``(Ti, M)`` by ``(M, D)`` product, in real arithmetic.
+
+    beta : ``(B, H, Tj, M, D)`` complex; z0, z1 : ``(B, H, Tj, D)`` (`_anchor_state`);
+    lag : ``(Bt, 1, Ti, Tj)`` masked lags.
+    """
+    om, ga = params.omega[:, None, None, :], params.gamma[:, None, None, :]  # (H, 1, 1, D)
+    lag5 = lag.unsqueeze(-1)  # (Bt, 1, Ti, Tj, 1)
+    c, s = damped_cos_sinc(om, ga, lag5)  # (Bt, H, Ti, Tj, D)
+    z0j, z1j = z0.unsqueeze(2), z1.unsqueeze(2)  # columns j, (B, H, 1, Tj, D)
+    half = 0.5 * params.drive_freqs.to(lag.dtype) * lag5  # (Bt, 1, Ti, Tj, M)
+    if readout == "endpoint":
+        out = (c + ga * s) * z0j + s * z1j
+        cos, sin = torch.cos(2.0 * half), torch.sin(2.0 * half)  # e^{i w_n Delta}
+    else:
+        c = c - 1.0
+        out = ((-2.0 * ga * (c + ga * s) + om * om * s) * z0j - (c + ga * s) * z1j) / (om * om)
+        size, cos, sin = _box_parts(half, lag5)
+        cos, sin = size * cos, size * sin
+    drive = torch.einsum("bhijn,bhjnc->bhijc", cos, beta.real)
+    return out + drive - torch.einsum("bhijn,bhjnc->bhijc", sin, beta.imag)
 
 
 # --- logits and values ---------------------------------------------------------------------------
@@ -253,30 +283,10 @@ def oscillator_values(v, t=None, *, params: OscillatorParams, readout: str = "av
     check_params(params, heads, dim, "params")
     t = check_times(t, steps, like=v)
     lag, causal = _masked_lags(t)
-    beta, z0, z1 = _anchor_state(v, params)
-    om, ga = params.omega[:, None, None, :], params.gamma[:, None, None, :]  # (H, 1, 1, D)
-    lag5 = lag.unsqueeze(-1)  # (Bt, 1, T, T, 1)
-    c, s = damped_cos_sinc(om, ga, lag5)  # (Bt, H, T, T, D)
-    z0j, z1j = z0.unsqueeze(2), z1.unsqueeze(2)  # columns j, (B, H, 1, T, D)
-    # Drive terms sum_n Re(beta_njc X_ijn), X = e^{i w_n Delta} or L(w_n): per column j, a
-    # (T, M) by (M, D) product, in real arithmetic
-    half = 0.5 * params.drive_freqs.to(v.dtype) * lag5  # (Bt, 1, T, T, M)
-    if readout == "endpoint":
-        out = (c + ga * s) * z0j + s * z1j  # e_1^T E(Delta) z_j
-        cos, sin = torch.cos(2.0 * half), torch.sin(2.0 * half)  # e^{i w_n Delta}
-    else:
-        # e_1^T A^{-1} (E(Delta) - I) z_j: the kernel w at frequency 0, real, with c - 1 formed
-        # first (E - I is small at short lags; the average divides by Delta)
-        c = c - 1.0
-        out = ((-2.0 * ga * (c + ga * s) + om * om * s) * z0j - (c + ga * s) * z1j) / (om * om)
-        size, cos, sin = _box_parts(half, lag5)
-        cos, sin = size * cos, size * sin
-    drive = torch.einsum("bhijn,bhjnc->bhijc", cos, beta.real) - torch.einsum(
-        "bhijn,bhjnc->bhijc", sin, beta.imag
-    )
-    out = out + drive
+    out = _value_paths(*_anchor_state(v, params), params, lag, readout)
     if readout == "average":
-        diag = (lag == 0).unsqueeze(-1)
+        lag5 = lag.unsqueeze(-1)
+        diag = lag5 == 0
         safe = torch.where(diag, torch.ones_like(lag5), lag5)
         out = torch.where(diag, v.unsqueeze(2).expand(batch, heads, steps, steps, dim), out / safe)
     return torch.where(causal.unsqueeze(-1), out, torch.zeros_like(out))
